@@ -1,0 +1,16 @@
+"""Federated algorithms: the math the engine drives (one module per algorithm family)."""
+
+from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
+from simfl.algorithms.linear_fedrep import FedRep, FedRepState
+from simfl.algorithms.timing import TimingOnly
+
+__all__ = [
+    "Algorithm",
+    "FedAvg",
+    "FedAvgState",
+    "FedRep",
+    "FedRepState",
+    "TimingOnly",
+    "Updates",
+]

@@ -1,0 +1,73 @@
+"""Shared pieces of the linear-representation algorithms (initialisations, head solves)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl._checks import check_choice, check_int
+from simfl.rng import Streams
+from simfl.tasks.base import Task
+from simfl.tasks.linear import LinearRepresentation, LinearRepresentationData
+
+Array = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+INITS = ("mom", "random")
+_CHUNK = 2048
+
+
+def check_linear_task(owner: str, task: Task | None) -> None:
+    """Raise unless ``task`` is the linear representation task."""
+    if not isinstance(task, LinearRepresentation):
+        raise ValueError(
+            f"Scenario.task must be a tasks.LinearRepresentation for {owner}, got {task!r}"
+        )
+
+
+def check_init(owner: str, init: str, init_clients: int | None) -> None:
+    """Validate the ``init`` and ``init_clients`` fields of a linear algorithm."""
+    check_choice(f"{owner}.init", init, INITS)
+    if init_clients is not None:
+        check_int(f"{owner}.init_clients", init_clients, low=1)
+
+
+def initial_representation(
+    init: str, init_clients: int | None, data: LinearRepresentationData, streams: Streams
+) -> Array:
+    """A d x k orthonormal starting representation.
+
+    ``"mom"``: the method-of-moments estimate of FedRep Alg. 2 / SRPFL: every client (or
+    ``init_clients`` of them, drawn uniformly) sends ``Z_i = (1/m) sum_j y_ij^2 x_ij x_ij^T``;
+    the server takes the top-k eigenvectors of their average, since
+    ``E[y^2 x x^T] = ||B* w*||^2 I + 2 B* w* w*^T B*^T``. ``"random"``: the Q factor of a
+    Gaussian d x k matrix.
+    """
+    if init == "random":
+        g = streams.normal("alg/init_b", np.arange(data.d)[:, None], np.arange(data.k)[None, :])
+        return np.asarray(np.linalg.qr(g)[0])
+    n = data.n_clients
+    if init_clients is None or init_clients >= n:
+        clients = np.arange(n, dtype=np.int64)
+    else:
+        pick = streams.generator("alg/init_clients").choice(n, init_clients, replace=False)
+        clients = np.sort(pick).astype(np.int64)
+    d, m = data.d, data.samples_per_client
+    moment = np.zeros((d, d))
+    for start in range(0, clients.size, _CHUNK):
+        x, y = data.init_batch(clients[start : start + _CHUNK])
+        xs = x.reshape(-1, d)
+        moment += (xs * (y.reshape(-1, 1) ** 2)).T @ xs
+    moment /= clients.size * m
+    eigvecs = np.linalg.eigh(moment)[1]
+    return np.asarray(eigvecs[:, ::-1][:, : data.k])
+
+
+def solve_heads(x: Array, y: Array, b: Array) -> Array:
+    """Least-squares heads ``argmin_w ||X_i B w - y_i||`` for a batch, shape ``(C, k)``.
+
+    Uses the pseudo-inverse, so a client with fewer samples than ``k`` gets the minimum-norm
+    solution instead of an error.
+    """
+    xb = x @ b  # (C, m, k)
+    return np.asarray((np.linalg.pinv(xb) @ y[:, :, None])[:, :, 0])

@@ -1,0 +1,122 @@
+"""FedAvg for the linear representation task: one shared model ``(B, w)`` for every client.
+
+McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+AISTATS 2017, applied to the model ``y = w^T B^T x`` as in the FedRep paper's comparison
+(Collins et al., ICML 2021, Section 4: a single ``(B, w)`` cannot fit heterogeneous heads, since
+the best it can do is ``B w = B* mean(w_i*)``).
+
+Each participating client takes ``local_steps`` full-batch gradient steps of size
+``step_size`` on ``f_i(B, w) = (1/2m) ||X_i B w - y_i||^2`` jointly in ``B`` and ``w``, starting
+from the server model; the server averages the accepted ``(B_i, w_i)`` with equal weights (all
+clients hold ``m`` samples). With ``local_steps=1`` this is FedSGD. Evaluation uses the shared
+model for every client (no fine-tuning). Work is ``local_steps`` units per round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl._checks import check_int, check_real
+from simfl.algorithms._linear import check_init, check_linear_task, initial_representation
+from simfl.algorithms.base import Algorithm, Updates
+from simfl.network import Payload, nbytes
+from simfl.rng import Streams
+from simfl.tasks.base import Task
+from simfl.tasks.linear import LinearModel, LinearRepresentationData
+
+__all__ = ["FedAvg", "FedAvgState"]
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class FedAvgState:
+    """The shared representation ``B`` (d x k) and the shared head ``w`` (k)."""
+
+    representation: Array
+    head: Array
+
+
+@dataclass(frozen=True)
+class FedAvg(Algorithm[FedAvgState]):
+    """Linear FedAvg on one shared ``(B, w)``.
+
+    Parameters
+    ----------
+    step_size
+        Local gradient step (> 0).
+    local_steps
+        Full-batch gradient steps per round (>= 1).
+    init
+        ``"random"`` (default: a random orthonormal ``B``) or ``"mom"``; the head starts at 0.
+    init_clients
+        Clients in the method-of-moments estimate when ``init="mom"`` (``None``: all).
+    """
+
+    step_size: float = 0.1
+    local_steps: int = 1
+    init: str = "random"
+    init_clients: int | None = None
+
+    name: ClassVar[str] = "FedAvg"
+
+    def __post_init__(self) -> None:
+        check_real("FedAvg.step_size", self.step_size, low=0.0, low_open=True)
+        check_int("FedAvg.local_steps", self.local_steps, low=1)
+        check_init("FedAvg", self.init, self.init_clients)
+
+    def check(self, task: Task | None) -> None:  # noqa: D102
+        check_linear_task("FedAvg", task)
+
+    def initial_state(self, data: LinearRepresentationData, streams: Streams) -> FedAvgState:  # noqa: D102
+        b = initial_representation(self.init, self.init_clients, data, streams)
+        return FedAvgState(b, np.zeros(data.k))
+
+    def work(self, state: FedAvgState, clients: NDArray[np.int64]) -> NDArray[np.float64]:  # noqa: D102
+        return np.full(clients.shape, float(self.local_steps))
+
+    def payload(self, state: FedAvgState) -> Payload:
+        """The whole model ``(B, w)`` travels both ways."""
+        size = nbytes(state.representation, state.head)
+        return Payload(down=size, up=size)
+
+    def local_updates(  # noqa: D102
+        self,
+        state: FedAvgState,
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        round: int,
+        streams: Streams,
+    ) -> Updates:
+        x, y = data.train_batch(clients, round)
+        m = data.samples_per_client
+        c = clients.size
+        b = np.broadcast_to(state.representation, (c, *state.representation.shape)).copy()
+        w = np.broadcast_to(state.head, (c, state.head.size)).copy()
+        loss = np.zeros(c)
+        for step in range(self.local_steps):
+            xb = x @ b  # (C, m, k)
+            residual = (xb @ w[:, :, None])[:, :, 0] - y  # (C, m)
+            if step == 0:
+                loss = 0.5 * np.mean(residual**2, axis=1)
+            xtr = x.transpose(0, 2, 1) @ residual[:, :, None]  # (C, d, 1)
+            grad_w = (xb.transpose(0, 2, 1) @ residual[:, :, None])[:, :, 0] / m
+            grad_b = (xtr @ w[:, None, :]) / m
+            b = b - self.step_size * grad_b
+            w = w - self.step_size * grad_w
+        return {"representation": b, "head": w, "loss": loss}
+
+    def aggregate(self, state: FedAvgState, updates: Updates, round: int) -> FedAvgState:  # noqa: D102
+        return FedAvgState(
+            np.mean(updates["representation"], axis=0), np.mean(updates["head"], axis=0)
+        )
+
+    def evaluate(self, state: FedAvgState, data: Any) -> dict[str, float]:
+        """Metrics of the shared model, used unchanged by every evaluated client."""
+        heads = np.broadcast_to(state.head, (data.eval_clients.size, state.head.size))
+        metrics: dict[str, float] = data.evaluate(LinearModel(state.representation, heads))
+        return metrics

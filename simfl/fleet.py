@@ -1,0 +1,414 @@
+"""Device fleets as columnar tables: one row per device, numpy arrays, no per-device objects.
+
+A device is described by
+
+* its compute time per unit of work: a distribution (shared by a group of devices) times a
+  per-device ``scale`` (so one Exponential(1) group with scales drawn from U[1, 100] gives every
+  device its own mean, as in SRPFL's code),
+* its downlink and uplink bandwidth (bytes per second, ``inf`` for a free link) and latency
+  (seconds per transfer),
+* its dropout hazard (failures per second while busy; 0 for a device that never drops).
+
+``redraw`` says how often a device's speed is drawn: once for the whole run (``"run"``), once
+per stage of a stage-based policy such as SRPFL (``"stage"``), or every round (``"round"``).
+Draws are keyed by the device index (see :mod:`simfl.rng`), so appending devices never changes
+the draws of the devices already there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike, NDArray
+
+from simfl._checks import check_array, check_choice, check_int, check_real
+from simfl.dists import Dist
+from simfl.rng import Streams
+
+__all__ = ["REDRAW_MODES", "Fleet", "Profile"]
+
+REDRAW_MODES = ("round", "stage", "run")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One kind of device, for building tiered or mixed fleets.
+
+    Parameters
+    ----------
+    compute
+        Distribution of the compute time per unit of work, in seconds.
+    bandwidth_down, bandwidth_up
+        Link bandwidth in bytes per second (> 0; ``inf`` means transfers cost only latency).
+    latency
+        Seconds added to every transfer (>= 0).
+    dropout_rate
+        Failure hazard per busy second (>= 0): a job of length L survives with probability
+        ``exp(-dropout_rate * L)``.
+    name
+        Label of the tier, shown in :meth:`Fleet.table`.
+    """
+
+    compute: Dist
+    bandwidth_down: float = math.inf
+    bandwidth_up: float = math.inf
+    latency: float = 0.0
+    dropout_rate: float = 0.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.compute, Dist):
+            raise ValueError(
+                f"Profile.compute must be a simfl.dists distribution, got {self.compute!r}"
+            )
+        for f in ("bandwidth_down", "bandwidth_up"):
+            v = check_real(f"Profile.{f}", getattr(self, f), low=0.0, low_open=True, allow_inf=True)
+            object.__setattr__(self, f, v)
+        object.__setattr__(self, "latency", check_real("Profile.latency", self.latency, low=0.0))
+        object.__setattr__(
+            self, "dropout_rate", check_real("Profile.dropout_rate", self.dropout_rate, low=0.0)
+        )
+
+
+def _draw_scale(scale: ArrayLike | Dist, n: int, seed: int, field: str) -> NDArray[np.float64]:
+    if isinstance(scale, Dist):
+        u = Streams(seed).uniform("fleet/scale", np.arange(n))
+        scale = scale.ppf(u)
+    return check_array(field, scale, size=n, low=0.0, low_open=True)
+
+
+class Fleet:
+    """A columnar table of devices.
+
+    Most users build fleets with :meth:`homogeneous`, :meth:`tiers` or :meth:`mixture`; the
+    constructor takes the columns directly.
+
+    Parameters
+    ----------
+    compute
+        The distinct compute-time distributions (seconds per unit of work).
+    group
+        For each device, the index into ``compute`` of its distribution.
+    scale
+        Per-device multiplier of the compute time (> 0), an array, a number, or a distribution
+        to draw one value per device from (keyed by device with ``seed``).
+    bandwidth_down, bandwidth_up, latency, dropout_rate
+        Per-device link and failure parameters (numbers or arrays); see :class:`Profile`.
+    redraw
+        ``"round"`` (a fresh speed every round), ``"stage"`` (fixed within a policy stage) or
+        ``"run"`` (fixed for the whole run).
+    group_names
+        Labels of the groups (default ``"g0"``, ``"g1"``, ...).
+    seed
+        Seed of the fleet's own randomness (scales drawn from a distribution, mixtures), so the
+        same fleet can be reused under different scenario seeds.
+    """
+
+    __slots__ = (
+        "bandwidth_down",
+        "bandwidth_up",
+        "dists",
+        "dropout_rate",
+        "group",
+        "group_names",
+        "latency",
+        "redraw",
+        "scale",
+        "seed",
+    )
+
+    dists: tuple[Dist, ...]
+    group: NDArray[np.int64]
+    scale: NDArray[np.float64]
+    bandwidth_down: NDArray[np.float64]
+    bandwidth_up: NDArray[np.float64]
+    latency: NDArray[np.float64]
+    dropout_rate: NDArray[np.float64]
+    redraw: str
+    group_names: tuple[str, ...]
+    seed: int
+
+    def __init__(
+        self,
+        compute: Sequence[Dist],
+        group: ArrayLike,
+        *,
+        scale: ArrayLike | Dist = 1.0,
+        bandwidth_down: ArrayLike = math.inf,
+        bandwidth_up: ArrayLike = math.inf,
+        latency: ArrayLike = 0.0,
+        dropout_rate: ArrayLike = 0.0,
+        redraw: str = "round",
+        group_names: Sequence[str] | None = None,
+        seed: int = 0,
+    ) -> None:
+        dists = tuple(compute)
+        if not dists:
+            raise ValueError("Fleet.compute must hold at least one distribution, got none")
+        for i, d in enumerate(dists):
+            if not isinstance(d, Dist):
+                raise ValueError(
+                    f"Fleet.compute[{i}] must be a simfl.dists distribution, got {d!r}"
+                )
+        g = np.asarray(group)
+        if g.ndim != 1:
+            raise ValueError(
+                f"Fleet.group must be a 1-d array of group indices, got shape {g.shape}"
+            )
+        n = g.size
+        if n == 0:
+            raise ValueError("Fleet size must be >= 1 device, got an empty fleet")
+        if g.dtype.kind not in "iu" or g.min() < 0 or g.max() >= len(dists):
+            raise ValueError(
+                f"Fleet.group entries must be integers in [0, {len(dists) - 1}] (indices into "
+                f"Fleet.compute)"
+            )
+        g = g.astype(np.int64)
+        g.setflags(write=False)
+        seed = check_int("Fleet.seed", seed, low=0)
+        names = (
+            tuple(group_names)
+            if group_names is not None
+            else tuple(f"g{i}" for i in range(len(dists)))
+        )
+        if len(names) != len(dists):
+            raise ValueError(
+                f"Fleet.group_names must have {len(dists)} names (one per distribution), "
+                f"got {len(names)}"
+            )
+        set_ = object.__setattr__
+        set_(self, "dists", dists)
+        set_(self, "group", g)
+        set_(self, "scale", _draw_scale(scale, n, seed, "Fleet.scale"))
+        set_(
+            self,
+            "bandwidth_down",
+            check_array(
+                "Fleet.bandwidth_down",
+                bandwidth_down,
+                size=n,
+                low=0.0,
+                low_open=True,
+                allow_inf=True,
+            ),
+        )
+        set_(
+            self,
+            "bandwidth_up",
+            check_array(
+                "Fleet.bandwidth_up", bandwidth_up, size=n, low=0.0, low_open=True, allow_inf=True
+            ),
+        )
+        set_(self, "latency", check_array("Fleet.latency", latency, size=n, low=0.0))
+        set_(self, "dropout_rate", check_array("Fleet.dropout_rate", dropout_rate, size=n, low=0.0))
+        set_(self, "redraw", check_choice("Fleet.redraw", redraw, REDRAW_MODES))
+        set_(self, "group_names", names)
+        set_(self, "seed", seed)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Fleet is immutable; build a new one (e.g. with Fleet.with_redraw)")
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def homogeneous(
+        cls,
+        n: int,
+        compute: Dist,
+        *,
+        scale: ArrayLike | Dist = 1.0,
+        bandwidth_down: float = math.inf,
+        bandwidth_up: float = math.inf,
+        latency: float = 0.0,
+        dropout_rate: float = 0.0,
+        redraw: str = "round",
+        seed: int = 0,
+    ) -> Fleet:
+        """``n`` devices sharing one compute distribution and link parameters.
+
+        Examples
+        --------
+        >>> from simfl.dists import Exponential
+        >>> Fleet.homogeneous(100, compute=Exponential(mean=1.0)).size
+        100
+        """
+        n = check_int("Fleet.homogeneous n (number of devices)", n, low=1)
+        return cls(
+            [compute],
+            np.zeros(n, dtype=np.int64),
+            scale=scale,
+            bandwidth_down=bandwidth_down,
+            bandwidth_up=bandwidth_up,
+            latency=latency,
+            dropout_rate=dropout_rate,
+            redraw=redraw,
+            seed=seed,
+        )
+
+    @classmethod
+    def tiers(
+        cls,
+        *tiers: tuple[int, Profile],
+        redraw: str = "round",
+        seed: int = 0,
+    ) -> Fleet:
+        """Consecutive blocks of devices, ``(count, profile)`` each, e.g. 80 fast and 20 slow."""
+        if not tiers:
+            raise ValueError("Fleet.tiers needs at least one (count, Profile) tier, got none")
+        counts = [check_int(f"Fleet.tiers[{i}] count", c, low=1) for i, (c, _) in enumerate(tiers)]
+        profiles = [p for _, p in tiers]
+        for i, p in enumerate(profiles):
+            if not isinstance(p, Profile):
+                raise ValueError(f"Fleet.tiers[{i}] must be (count, Profile), got {p!r}")
+        group = np.repeat(np.arange(len(tiers)), counts)
+        return cls._from_profiles(profiles, group, redraw=redraw, seed=seed)
+
+    @classmethod
+    def mixture(
+        cls,
+        n: int,
+        components: Sequence[tuple[float, Profile]],
+        *,
+        redraw: str = "round",
+        seed: int = 0,
+    ) -> Fleet:
+        """``n`` devices, each of a profile drawn with the given weights (keyed by device)."""
+        n = check_int("Fleet.mixture n (number of devices)", n, low=1)
+        if not components:
+            raise ValueError("Fleet.mixture needs at least one (weight, Profile), got none")
+        w = np.array(
+            [
+                check_real(f"Fleet.mixture weight {i}", c[0], low=0.0)
+                for i, c in enumerate(components)
+            ]
+        )
+        if w.sum() <= 0:
+            raise ValueError("Fleet.mixture weights must have a positive sum")
+        profiles = [p for _, p in components]
+        for i, p in enumerate(profiles):
+            if not isinstance(p, Profile):
+                raise ValueError(f"Fleet.mixture component {i} must be (weight, Profile)")
+        u = Streams(check_int("Fleet.seed", seed, low=0)).uniform("fleet/mixture", np.arange(n))
+        cum = np.cumsum(w / w.sum())
+        group = np.minimum(np.searchsorted(cum, u, side="right"), len(profiles) - 1)
+        return cls._from_profiles(profiles, group, redraw=redraw, seed=seed)
+
+    @classmethod
+    def _from_profiles(
+        cls, profiles: Sequence[Profile], group: NDArray[np.int64], *, redraw: str, seed: int
+    ) -> Fleet:
+        col = {
+            f: np.array([getattr(p, f) for p in profiles])[group]
+            for f in ("bandwidth_down", "bandwidth_up", "latency", "dropout_rate")
+        }
+        return cls(
+            [p.compute for p in profiles],
+            group,
+            redraw=redraw,
+            group_names=[p.name or f"g{i}" for i, p in enumerate(profiles)],
+            seed=seed,
+            **col,
+        )
+
+    # ----------------------------------------------------------------- derived fleets
+    def with_redraw(self, redraw: str) -> Fleet:
+        """The same devices with another speed re-draw mode."""
+        return self._replace(redraw=redraw)
+
+    def with_scale(self, scale: ArrayLike | Dist, seed: int | None = None) -> Fleet:
+        """The same devices with new compute-time multipliers (array, number or distribution)."""
+        return self._replace(scale=scale, seed=self.seed if seed is None else seed)
+
+    def _replace(self, **changes: object) -> Fleet:
+        kw: dict[str, object] = {
+            "scale": self.scale,
+            "bandwidth_down": self.bandwidth_down,
+            "bandwidth_up": self.bandwidth_up,
+            "latency": self.latency,
+            "dropout_rate": self.dropout_rate,
+            "redraw": self.redraw,
+            "group_names": self.group_names,
+            "seed": self.seed,
+        }
+        kw.update(changes)
+        return Fleet(self.dists, self.group, **kw)  # type: ignore[arg-type]
+
+    def __add__(self, other: Fleet) -> Fleet:
+        """Concatenate two fleets (the devices of ``other`` get the next indices)."""
+        if not isinstance(other, Fleet):
+            return NotImplemented
+        if other.redraw != self.redraw:
+            raise ValueError(
+                f"Fleet.redraw differs between the fleets being joined ({self.redraw!r} and "
+                f"{other.redraw!r})"
+            )
+        return Fleet(
+            self.dists + other.dists,
+            np.concatenate([self.group, other.group + len(self.dists)]),
+            scale=np.concatenate([self.scale, other.scale]),
+            bandwidth_down=np.concatenate([self.bandwidth_down, other.bandwidth_down]),
+            bandwidth_up=np.concatenate([self.bandwidth_up, other.bandwidth_up]),
+            latency=np.concatenate([self.latency, other.latency]),
+            dropout_rate=np.concatenate([self.dropout_rate, other.dropout_rate]),
+            redraw=self.redraw,
+            group_names=self.group_names + other.group_names,
+            seed=self.seed,
+        )
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return int(self.group.size)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def mean_compute(self) -> NDArray[np.float64]:
+        """Mean compute seconds per unit of work of every device."""
+        means = np.array([d.mean for d in self.dists])
+        return np.asarray(means[self.group] * self.scale, dtype=np.float64)
+
+    def compute_draws(
+        self, devices: NDArray[np.int64], *, round: int, stage: int, streams: Streams
+    ) -> NDArray[np.float64]:
+        """Seconds per unit of work of ``devices`` in this round (keyed by the redraw mode)."""
+        key = {"round": round, "stage": stage, "run": 0}[self.redraw]
+        u = streams.uniform("compute/" + self.redraw, devices, key)
+        if len(self.dists) == 1:
+            draws = self.dists[0].ppf(u)
+        else:
+            draws = np.empty(devices.shape, dtype=np.float64)
+            grp = self.group[devices]
+            for gi, dist in enumerate(self.dists):
+                mask = grp == gi
+                if mask.any():
+                    draws[mask] = dist.ppf(u[mask])
+        return np.asarray(draws * self.scale[devices], dtype=np.float64)
+
+    def table(self) -> pd.DataFrame:
+        """The fleet as a DataFrame, one row per device."""
+        return pd.DataFrame(
+            {
+                "device": np.arange(self.size),
+                "group": np.array(self.group_names, dtype=object)[self.group],
+                "compute": np.array([repr(d) for d in self.dists], dtype=object)[self.group],
+                "scale": self.scale,
+                "mean_compute": self.mean_compute,
+                "bandwidth_down": self.bandwidth_down,
+                "bandwidth_up": self.bandwidth_up,
+                "latency": self.latency,
+                "dropout_rate": self.dropout_rate,
+            }
+        )
+
+    def __repr__(self) -> str:
+        groups = ", ".join(
+            f"{self.group_names[i]}: {int((self.group == i).sum())} x {d!r}"
+            for i, d in enumerate(self.dists)
+        )
+        return f"Fleet({self.size} devices; {groups}; redraw={self.redraw!r})"

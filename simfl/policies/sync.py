@@ -1,0 +1,127 @@
+"""Synchronous straggler policies: wait for all, a deadline, the fastest K of an over-selection."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl._checks import check_int, check_real
+from simfl.policies.base import SyncPolicy, check_sampling, cohort_size, sample_uniform
+from simfl.rng import Streams
+
+__all__ = ["Deadline", "FastestK", "WaitAll"]
+
+
+@dataclass(frozen=True)
+class WaitAll(SyncPolicy):
+    """Sample a cohort uniformly and wait for every job to arrive or drop.
+
+    Parameters
+    ----------
+    fraction
+        Cohort size as a fraction of the fleet, in (0, 1]; the cohort has
+        ``max(floor(fraction * n), 1)`` devices (as in the FedRep code).
+    count
+        Cohort size as a number of devices (instead of ``fraction``). With neither, the whole
+        fleet takes part every round.
+    """
+
+    fraction: float | None = None
+    count: int | None = None
+
+    name: ClassVar[str] = "wait-all"
+
+    def __post_init__(self) -> None:
+        check_sampling("WaitAll", self.fraction, self.count)
+
+    def check(self, n_devices: int) -> None:  # noqa: D102
+        cohort_size("WaitAll", self.fraction, self.count, n_devices)
+
+    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
+        size = cohort_size("WaitAll", self.fraction, self.count, n_devices)
+        return sample_uniform(round, n_devices, size, streams)
+
+
+@dataclass(frozen=True)
+class Deadline(SyncPolicy):
+    """Sample a cohort uniformly; aggregate what has arrived ``seconds`` after the round starts.
+
+    The round closes earlier if every job has arrived or dropped. Jobs still running at the
+    deadline are recorded ``late`` and their updates are discarded (never computed).
+
+    Parameters
+    ----------
+    seconds
+        The deadline, in simulated seconds after the round starts (> 0).
+    fraction, count
+        Cohort size, as for :class:`WaitAll`.
+    """
+
+    seconds: float
+    fraction: float | None = None
+    count: int | None = None
+
+    name: ClassVar[str] = "deadline"
+
+    def __post_init__(self) -> None:
+        check_real("Deadline.seconds", self.seconds, low=0.0, low_open=True)
+        check_sampling("Deadline", self.fraction, self.count)
+
+    def check(self, n_devices: int) -> None:  # noqa: D102
+        cohort_size("Deadline", self.fraction, self.count, n_devices)
+
+    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
+        size = cohort_size("Deadline", self.fraction, self.count, n_devices)
+        return sample_uniform(round, n_devices, size, streams)
+
+    def deadline(self, round: int) -> float:  # noqa: D102
+        return self.seconds
+
+
+@dataclass(frozen=True)
+class FastestK(SyncPolicy):
+    """Over-selection: start ``ceil(k * (1 + overcommit))`` jobs, keep the first ``k`` arrivals.
+
+    The remaining jobs are cancelled when the ``k``-th update arrives (or the round closes when
+    every job has arrived or dropped, if fewer than ``k`` can arrive). With i.i.d. Exp(1)
+    compute times and no network, the round lasts ``H_n - H_(n-k)`` on average, where ``n`` is
+    the number of jobs started.
+
+    Parameters
+    ----------
+    k
+        Updates aggregated per round (>= 1).
+    overcommit
+        Extra fraction of devices started (>= 0); e.g. 0.3 starts 30% more than ``k``.
+    """
+
+    k: int
+    overcommit: float = 0.0
+
+    name: ClassVar[str] = "fastest-k"
+
+    def __post_init__(self) -> None:
+        check_int("FastestK.k", self.k, low=1)
+        check_real("FastestK.overcommit", self.overcommit, low=0.0)
+
+    @property
+    def started(self) -> int:
+        """Number of jobs started each round."""
+        return max(self.k, math.ceil(self.k * (1.0 + self.overcommit) - 1e-9))
+
+    def check(self, n_devices: int) -> None:  # noqa: D102
+        if self.started > n_devices:
+            raise ValueError(
+                f"FastestK.k * (1 + FastestK.overcommit) = {self.started} devices must be <= "
+                f"the fleet size {n_devices} (k={self.k}, overcommit={self.overcommit})"
+            )
+
+    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
+        return sample_uniform(round, n_devices, self.started, streams)
+
+    def quota(self, n_selected: int) -> int:  # noqa: D102
+        return min(self.k, n_selected)

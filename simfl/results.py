@@ -1,0 +1,241 @@
+"""Records of a run: flat rows in columnar buffers, turned into DataFrames once at the end.
+
+``Results.rounds``
+    One row per aggregation: ``round``, ``stage``, ``t_start`` (when the round began),
+    ``time`` (simulated seconds at the aggregation), ``duration``, ``status`` (``ok``,
+    ``empty`` when no update arrived, ``diverged`` when an update was not finite, ``error``),
+    ``n_selected``, ``n_arrived``, ``n_dropped``, ``n_late``, ``n_cancelled``, ``bytes_down``,
+    ``bytes_up`` (bytes actually moved, partial transfers included), ``train_loss`` (mean local
+    loss of the accepted updates, if the algorithm reports one), then one column per task
+    metric (NaN on rounds that were not evaluated).
+``Results.clients``
+    One row per device job: ``round``, ``stage``, ``device``, ``status`` (``arrived``,
+    ``late``, ``dropped``, ``cancelled``), ``t_start``, ``t_end``, the seconds spent in
+    ``download``, ``compute`` and ``upload``, ``work`` units and ``bytes_down``/``bytes_up``.
+``Results.meta``
+    A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds.
+
+``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json``; ``load(dir)``
+reads them back exactly (same dtypes, same values, bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from simfl.jobs import STATUSES
+
+__all__ = ["ROUND_STATUSES", "Recorder", "Results"]
+
+ROUND_STATUSES = ("ok", "empty", "diverged", "error")
+
+_JOB_COLUMNS = (
+    "round",
+    "stage",
+    "device",
+    "status",
+    "t_start",
+    "t_end",
+    "download",
+    "compute",
+    "upload",
+    "work",
+    "bytes_down",
+    "bytes_up",
+)
+_ROUND_COLUMNS = (
+    "round",
+    "stage",
+    "t_start",
+    "time",
+    "duration",
+    "status",
+    "n_selected",
+    "n_arrived",
+    "n_dropped",
+    "n_late",
+    "n_cancelled",
+    "bytes_down",
+    "bytes_up",
+    "train_loss",
+)
+_INT_COLUMNS = {
+    "round",
+    "stage",
+    "device",
+    "n_selected",
+    "n_arrived",
+    "n_dropped",
+    "n_late",
+    "n_cancelled",
+}
+
+
+class Recorder:
+    """Columnar buffers for the rows of one run.
+
+    Job rows arrive a cohort at a time as arrays; round rows as dicts. Nothing becomes a
+    DataFrame until :meth:`results`.
+    """
+
+    def __init__(self, metrics: tuple[str, ...]) -> None:
+        self.metrics = metrics
+        self._jobs: dict[str, list[NDArray[Any]]] = {c: [] for c in _JOB_COLUMNS}
+        self._rounds: dict[str, list[Any]] = {c: [] for c in (*_ROUND_COLUMNS, *metrics)}
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of round rows recorded so far."""
+        return len(self._rounds["round"])
+
+    def add_jobs(self, columns: dict[str, NDArray[Any]]) -> None:
+        """Append one cohort's job rows (one array per column, all the same length)."""
+        for c in _JOB_COLUMNS:
+            self._jobs[c].append(np.asarray(columns[c]))
+
+    def add_round(self, row: dict[str, Any]) -> None:
+        """Append one round row; metrics missing from ``row`` are NaN."""
+        for c in self._rounds:
+            self._rounds[c].append(row.get(c, math.nan))
+
+    def last_round(self, column: str) -> Any:
+        """A value of the last round row."""
+        return self._rounds[column][-1]
+
+    def set_metrics(self, metrics: dict[str, float]) -> None:
+        """Fill the metric columns of the last round row."""
+        for name, value in metrics.items():
+            self._rounds[name][-1] = float(value)
+
+    def results(self, meta: dict[str, Any], state: Any = None) -> Results:
+        """The recorded rows as :class:`Results` (with the final algorithm ``state``)."""
+        jobs: dict[str, Any] = {}
+        for c in _JOB_COLUMNS:
+            parts = self._jobs[c]
+            dtype = np.int64 if c in _INT_COLUMNS or c == "status" else np.float64
+            jobs[c] = np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
+        jobs["status"] = pd.Categorical.from_codes(
+            jobs["status"], dtype=pd.CategoricalDtype(list(STATUSES))
+        )
+        clients = pd.DataFrame(jobs)
+        rounds_cols: dict[str, Any] = {}
+        for c, values in self._rounds.items():
+            if c == "status":
+                rounds_cols[c] = pd.Categorical(values, categories=list(ROUND_STATUSES))
+            elif c in _INT_COLUMNS:
+                rounds_cols[c] = np.asarray(values, dtype=np.int64)
+            else:
+                rounds_cols[c] = np.asarray(values, dtype=np.float64)
+        return Results(pd.DataFrame(rounds_cols), clients, meta, state)
+
+
+@dataclass
+class Results:
+    """The outcome of :func:`simfl.run`: two DataFrames and a metadata dict."""
+
+    rounds: pd.DataFrame
+    clients: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: The algorithm's final state (e.g. the learned representation). Kept in memory only:
+    #: :meth:`save` writes the tables and metadata, not the model.
+    state: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The task metric columns of :attr:`rounds`."""
+        return list(self.meta.get("metrics", []))
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run ended without an error or interruption."""
+        return bool(self.meta.get("status") == "ok")
+
+    def final(self) -> dict[str, float]:
+        """The metrics of the last evaluated round (empty if none was evaluated)."""
+        names = self.metric_names
+        if not names or self.rounds.empty:
+            return {}
+        evaluated = self.rounds.dropna(subset=names, how="all")
+        if evaluated.empty:
+            return {}
+        last = evaluated.iloc[-1]
+        return {n: float(last[n]) for n in names}
+
+    def summary(self) -> str:
+        """A short human-readable summary of the run."""
+        counts = self.clients["status"].value_counts()
+        lines = [
+            f"scenario   {self.meta.get('scenario', '?')} (seed {self.meta.get('seed', '?')}, "
+            f"{self.meta.get('n_devices', '?')} devices)",
+            f"rounds     {len(self.rounds)}   stopped by: {self.meta.get('stop_reason', '?')}"
+            f"   status: {self.meta.get('status', '?')}",
+            f"sim time   {self.meta.get('sim_time', math.nan):.6g} s   "
+            f"(host {self.meta.get('host_seconds', math.nan):.3g} s)",
+            "jobs       " + "  ".join(f"{s} {int(counts.get(s, 0))}" for s in STATUSES),
+        ]
+        if not self.rounds.empty:
+            empty = int((self.rounds["status"] != "ok").sum())
+            lines.append(f"bad rounds {empty} (empty, diverged or error)")
+        final = self.final()
+        if final:
+            lines.append("final      " + "  ".join(f"{k} {v:.6g}" for k, v in final.items()))
+        if self.meta.get("error"):
+            lines.append("error      " + str(self.meta["error"]).strip().splitlines()[-1])
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"Results({self.meta.get('scenario', '?')!r}: {len(self.rounds)} rounds, "
+            f"{len(self.clients)} jobs, sim time {self.meta.get('sim_time', math.nan):.6g} s)"
+        )
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``rounds.parquet``, ``clients.parquet`` and ``meta.json`` into ``directory``.
+
+        Each file is written to a temporary name and renamed, so a reader never sees a half
+        written file.
+        """
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, frame in (("rounds", self.rounds), ("clients", self.clients)):
+            _atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
+        text = json.dumps(self.meta, indent=2, sort_keys=True, allow_nan=True)
+        _atomic(out / "meta.json", lambda p: Path(p).write_text(text + "\n"))
+        return out
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Results:
+        """Read results written by :meth:`save`."""
+        src = Path(directory)
+        missing = [
+            f for f in ("rounds.parquet", "clients.parquet", "meta.json") if not (src / f).is_file()
+        ]
+        if missing:
+            raise FileNotFoundError(f"{src} is not a simfl results directory (missing {missing})")
+        meta = json.loads((src / "meta.json").read_text())
+        return cls(
+            pd.read_parquet(src / "rounds.parquet"),
+            pd.read_parquet(src / "clients.parquet"),
+            meta,
+        )
+
+
+def _atomic(path: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

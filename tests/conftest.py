@@ -1,0 +1,94 @@
+"""Shared builders and test doubles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl import Fleet, Scenario, algorithms, dists, policies, tasks
+from simfl.algorithms.base import Algorithm, Updates
+from simfl.network import Payload
+from simfl.rng import Streams
+from simfl.tasks.base import Task
+
+
+def timing_scenario(
+    n: int = 20,
+    compute: dists.Dist | None = None,
+    policy: policies.Policy | None = None,
+    rounds: int = 10,
+    seed: int = 0,
+    **fleet_kw: Any,
+) -> Scenario:
+    """A timing-only scenario (no math) on a homogeneous fleet."""
+    fleet = Fleet.homogeneous(n, compute=compute or dists.Exponential(mean=1.0), **fleet_kw)
+    return Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(),
+        fleet=fleet,
+        policy=policy or policies.WaitAll(),
+        rounds=rounds,
+        seed=seed,
+    )
+
+
+def linear_scenario(
+    algorithm: Algorithm[Any] | None = None,
+    policy: policies.Policy | None = None,
+    n: int = 100,
+    rounds: int = 30,
+    seed: int = 0,
+    **fleet_kw: Any,
+) -> Scenario:
+    """FedRep (by default) on the issue's linear task."""
+    return Scenario(
+        task=tasks.LinearRepresentation(d=20, k=2, samples_per_client=10, noise_std=1e-3),
+        algorithm=algorithm or algorithms.FedRep(),
+        fleet=Fleet.homogeneous(n, compute=dists.Exponential(mean=1.0), **fleet_kw),
+        policy=policy or policies.WaitAll(fraction=0.1),
+        rounds=rounds,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
+    """Test double: its state is the log of (round, clients) it aggregated.
+
+    ``computed`` collects every client whose update was computed and ``aggregated`` the
+    ``(round, client)`` pairs that were aggregated (shared mutable lists); ``fail_at`` makes
+    ``local_updates`` raise in that round.
+    """
+
+    computed: list[int] = field(default_factory=list, compare=False)
+    aggregated: list[tuple[int, int]] = field(default_factory=list, compare=False)
+    fail_at: int | None = None
+
+    name: ClassVar[str] = "ledger"
+
+    def check(self, task: Task | None) -> None:
+        return None
+
+    def initial_state(self, data: Any, streams: Streams) -> tuple[()]:
+        return ()
+
+    def payload(self, state: Any) -> Payload:
+        return Payload(0, 0)
+
+    def local_updates(
+        self, state: Any, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
+    ) -> Updates:
+        if self.fail_at == round:
+            raise RuntimeError(f"boom in round {round}")
+        self.computed.extend(int(c) for c in clients)
+        return {"client": clients.copy(), "loss": clients.astype(float)}
+
+    def aggregate(self, state: Any, updates: Updates, round: int) -> Any:
+        self.aggregated.extend((round, int(c)) for c in updates["client"])
+        return (*state, (round, tuple(int(c) for c in updates["client"])))
+
+    def evaluate(self, state: Any, data: Any) -> dict[str, float]:
+        return {}

@@ -1,0 +1,197 @@
+"""Run-level behaviour: determinism, statuses, stop rules, failures recorded not raised."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run
+from tests.conftest import Ledger, linear_scenario, timing_scenario
+
+
+def frames_equal(a, b):
+    pd.testing.assert_frame_equal(a.rounds, b.rounds, check_exact=True)
+    pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
+
+
+def test_same_seed_identical_frames_different_seed_different():
+    sc = linear_scenario(
+        policy=policies.Deadline(1.0, fraction=0.2),
+        rounds=15,
+        dropout_rate=0.2,
+        latency=0.01,
+        bandwidth_up=1e4,
+    )
+    a, b = run(sc, progress=False), run(sc, progress=False)
+    frames_equal(a, b)
+    c = run(dataclasses.replace(sc, seed=1), progress=False)
+    assert not a.clients["t_end"].equals(c.clients["t_end"])
+    assert not a.rounds["distance"].equals(c.rounds["distance"])
+
+
+def test_contract_columns():
+    res = run(linear_scenario(rounds=3), progress=False)
+    assert list(res.rounds.columns[:14]) == [
+        "round",
+        "stage",
+        "t_start",
+        "time",
+        "duration",
+        "status",
+        "n_selected",
+        "n_arrived",
+        "n_dropped",
+        "n_late",
+        "n_cancelled",
+        "bytes_down",
+        "bytes_up",
+        "train_loss",
+    ]
+    assert list(res.rounds.columns[14:]) == ["distance", "test_mse"]
+    assert list(res.clients.columns) == [
+        "round",
+        "stage",
+        "device",
+        "status",
+        "t_start",
+        "t_end",
+        "download",
+        "compute",
+        "upload",
+        "work",
+        "bytes_down",
+        "bytes_up",
+    ]
+    assert list(res.clients["status"].cat.categories) == ["arrived", "late", "dropped", "cancelled"]
+    assert res.meta["status"] == "ok" and res.meta["stop_reason"] == "rounds"
+    assert res.state is not None and res.state.representation.shape == (20, 2)
+
+
+def test_round_where_every_device_drops_is_recorded_and_the_run_goes_on():
+    # hazard so high that every job fails almost at once; WaitAll must not hang
+    sc = timing_scenario(n=10, rounds=5, dropout_rate=1e6, policy=policies.WaitAll(count=4))
+    ledger = Ledger()
+    res = run(dataclasses.replace(sc, algorithm=ledger), progress=False)
+    assert len(res.rounds) == 5
+    assert (res.rounds["status"] == "empty").all()
+    assert (res.rounds["n_dropped"] == 4).all() and (res.rounds["n_arrived"] == 0).all()
+    assert (res.clients["status"] == "dropped").all()
+    assert ledger.computed == [] and ledger.aggregated == []
+    assert res.rounds["time"].is_monotonic_increasing
+
+
+def test_empty_rounds_keep_the_model_and_training_resumes():
+    # tier of always-dropping devices: rounds that pick only them are empty
+    sc = linear_scenario(n=4, rounds=40, policy=policies.WaitAll(count=1))
+    fleet = Fleet.homogeneous(2, dists.Exponential(1.0)) + Fleet.homogeneous(
+        2, dists.Exponential(1.0), dropout_rate=1e6
+    )
+    res = run(dataclasses.replace(sc, fleet=fleet), progress=False)
+    empty = res.rounds["status"] == "empty"
+    assert empty.any() and (~empty).any()
+    # an empty round leaves the representation unchanged
+    r = res.rounds
+    for i in np.flatnonzero(empty.to_numpy())[:3]:
+        if i > 0:
+            assert r["distance"].iloc[i] == r["distance"].iloc[i - 1]
+
+
+def test_max_time_stops_and_abandons_the_round_in_flight():
+    sc = dataclasses.replace(timing_scenario(n=10), rounds=None, max_time=25.0)
+    res = run(sc, progress=False)
+    assert res.meta["stop_reason"] == "max_time"
+    assert res.meta["sim_time"] == 25.0
+    assert (res.rounds["time"] <= 25.0).all()
+    last = res.clients[res.clients["round"] == res.clients["round"].max()]
+    assert last["round"].iloc[0] == len(res.rounds)  # the abandoned round has no row
+    assert set(last["status"]) <= {"cancelled", "dropped"}
+    assert (last["t_end"] <= 25.0).all()
+
+
+def test_target_stops_the_run():
+    sc = dataclasses.replace(linear_scenario(rounds=200), target=Target("distance", below=1e-2))
+    res = run(sc, progress=False)
+    assert res.meta["stop_reason"] == "target"
+    assert res.rounds["distance"].iloc[-1] <= 1e-2
+    assert (res.rounds["distance"].iloc[:-1] > 1e-2).all()
+    assert len(res.rounds) < 200
+
+
+def test_eval_every_and_final_evaluation():
+    res = run(dataclasses.replace(linear_scenario(rounds=7), eval_every=3), progress=False)
+    evaluated = res.rounds["distance"].notna().to_numpy()
+    assert evaluated.tolist() == [False, False, True, False, False, True, True]
+
+
+def test_zero_time_rounds_with_only_a_time_budget_stop_instead_of_hanging():
+    sc = dataclasses.replace(
+        timing_scenario(n=3, compute=dists.Constant(0.0)), rounds=None, max_time=10.0
+    )
+    res = run(sc, progress=False)
+    assert res.meta["stop_reason"] == "stalled" and len(res.rounds) == 1
+
+
+def test_exception_mid_run_is_recorded_and_nothing_is_lost():
+    sc = dataclasses.replace(timing_scenario(n=5, rounds=10), algorithm=Ledger(fail_at=3))
+    res = run(sc, progress=False)
+    assert res.meta["status"] == "error" and res.meta["stop_reason"] == "error"
+    assert "boom in round 3" in res.meta["error"]
+    assert res.rounds["status"].tolist() == ["ok", "ok", "ok", "error"]
+    assert len(res.clients) == 4 * 5
+    with pytest.raises(RuntimeError, match="boom"):
+        run(sc, progress=False, on_error="raise")
+
+
+def test_divergence_is_recorded():
+    sc = linear_scenario(algorithm=algorithms.FedAvg(step_size=50.0, local_steps=3), rounds=50)
+    res = run(sc, progress=False)
+    assert res.meta["stop_reason"] == "diverged"
+    assert res.rounds["status"].iloc[-1] == "diverged" or not np.isfinite(
+        res.rounds["test_mse"].iloc[-1]
+    )
+    assert len(res.rounds) < 50 and (res.rounds["status"].iloc[:-1] == "ok").all()
+
+
+def test_adding_a_device_does_not_change_the_other_devices_draws():
+    a = run(timing_scenario(n=12, rounds=20, dropout_rate=0.3), progress=False).clients
+    b = run(timing_scenario(n=13, rounds=20, dropout_rate=0.3), progress=False).clients
+    b = b[b["device"] < 12].reset_index(drop=True)
+    assert np.array_equal(a["compute"][a.status == "arrived"], b["compute"][a.status == "arrived"])
+    assert np.array_equal(a["status"], b["status"])
+
+
+def test_timing_does_not_depend_on_the_algorithm():
+    # same fleet, same policy, same seed: FedRep and FedAvg see the same jobs (equal payloads
+    # would give equal times; here the network is free)
+    a = run(linear_scenario(rounds=10), progress=False).clients
+    b = run(linear_scenario(algorithms.FedAvg(), rounds=10), progress=False).clients
+    pd.testing.assert_frame_equal(
+        a.drop(columns=["bytes_down", "bytes_up"]),
+        b.drop(columns=["bytes_down", "bytes_up"]),
+        check_exact=True,
+    )
+
+
+def test_fastest_k_cancels_the_rest_and_records_their_partial_time():
+    sc = timing_scenario(n=10, rounds=5, policy=policies.FastestK(k=3, overcommit=1.0))
+    res = run(sc, progress=False)
+    for _, jobs in res.clients.groupby("round"):
+        arrived = jobs[jobs.status == "arrived"]
+        cancelled = jobs[jobs.status == "cancelled"]
+        assert len(arrived) == 3 and len(cancelled) == 3
+        assert (cancelled["t_end"] == arrived["t_end"].max()).all()
+        assert (cancelled["compute"] < cancelled["t_end"] - cancelled["t_start"] + 1e-12).all()
+
+
+def test_run_rejects_non_scenarios():
+    with pytest.raises(ValueError, match="Scenario"):
+        run("scenario.py", progress=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_error"):
+        run(timing_scenario(), on_error="ignore")
+
+
+def test_scenario_repr_and_replace():
+    sc = timing_scenario()
+    assert isinstance(dataclasses.replace(sc, seed=3), Scenario)
+    assert "TimingOnly" in repr(sc)
