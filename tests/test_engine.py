@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run
-from tests.conftest import Ledger, linear_scenario, timing_scenario
+from tests.helpers import Ledger, linear_scenario, timing_scenario
 
 
 def frames_equal(a, b):

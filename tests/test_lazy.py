@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from simfl import algorithms, policies, run
-from tests.conftest import Ledger, linear_scenario, timing_scenario
+from tests.helpers import Ledger, linear_scenario, timing_scenario
 
 POLICIES = [
     policies.Deadline(0.8, fraction=0.2),

@@ -8,7 +8,7 @@ import pytest
 
 from simfl import Payload, Streams, algorithms, policies, run, tasks
 from simfl.tasks.linear import principal_angle_distance
-from tests.conftest import linear_scenario
+from tests.helpers import linear_scenario
 
 
 def test_principal_angle_distance_known_cases():

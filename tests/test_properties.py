@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from tests.conftest import Ledger
+from tests.helpers import Ledger
 
 positive = st.floats(0.05, 5.0)
 DISTS = st.one_of(

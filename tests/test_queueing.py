@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simfl import algorithms, dists, policies, run
-from tests.conftest import timing_scenario
+from tests.helpers import timing_scenario
 
 
 def harmonic(n: int) -> float:

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from simfl import Results, policies, run
-from tests.conftest import linear_scenario
+from tests.helpers import linear_scenario
 
 
 def test_save_load_round_trips_exactly(tmp_path):

@@ -1,4 +1,4 @@
-"""Shared builders and test doubles."""
+"""Shared scenario builders and test doubles for the test suite."""
 
 from __future__ import annotations
 
