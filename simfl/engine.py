@@ -197,6 +197,10 @@ class RunContext:
         )
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)
+        #: Metrics of the initial state (before round 0), kept in ``Results.meta``.
+        self.initial_metrics: dict[str, float] = (
+            self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
+        )
 
     # ----------------------------------------------------------------- rounds
     def start_round(self, cohort: NDArray[np.int64], *, quota: int, stage: int) -> RoundState:
@@ -415,6 +419,7 @@ def run(
         "algorithm": scenario.algorithm.name,
         "policy": scenario.policy.name,
         "metrics": list(ctx.metrics),
+        "initial_metrics": ctx.initial_metrics,
         "lazy": lazy,
         "stop_reason": ctx.stop_reason or "max_time",
         "status": status,

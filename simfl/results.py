@@ -13,7 +13,8 @@
     ``late``, ``dropped``, ``cancelled``), ``t_start``, ``t_end``, the seconds spent in
     ``download``, ``compute`` and ``upload``, ``work`` units and ``bytes_down``/``bytes_up``.
 ``Results.meta``
-    A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds.
+    A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds,
+    and ``initial_metrics`` (the metrics of the model before round 0, at time 0).
 
 ``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json``; ``load(dir)``
 reads them back exactly (same dtypes, same values, bit for bit).

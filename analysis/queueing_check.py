@@ -1,0 +1,127 @@
+"""The engine against exact queueing results: mean round times and arrival fractions.
+
+For n i.i.d. devices with compute CDF F and no network cost:
+
+* WaitAll over all n: a round lasts E[max] = integral_0^inf (1 - F(x)^n) dx  (H_n / lambda for
+  Exp(lambda));
+* FastestK(k) of n: the k-th order statistic, (H_n - H_(n-k)) / lambda for Exp(lambda);
+* Deadline(T): a job arrives with probability F(T).
+
+Prints simulated vs exact with the relative error, and saves a figure.
+
+    python analysis/queueing_check.py [--quick]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import integrate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parser, save
+
+from simfl import Fleet, Scenario, algorithms, dists, policies, run
+
+
+def expected_max(dist: dists.Dist, n: int) -> float:
+    value, _ = integrate.quad(lambda x: 1.0 - float(dist.cdf(x)) ** n, 0.0, math.inf, limit=200)
+    return value
+
+
+def harmonic(n: int) -> float:
+    return sum(1.0 / j for j in range(1, n + 1))
+
+
+def simulate(dist: dists.Dist, n: int, policy: policies.Policy, rounds: int, seed: int):
+    sc = Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(),
+        fleet=Fleet.homogeneous(n, compute=dist),
+        policy=policy,
+        rounds=rounds,
+        seed=seed,
+    )
+    return run(sc, progress=False)
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    rounds = 800 if args.quick else 5000
+    sizes = (10, 50) if args.quick else (10, 20, 50, 100)
+    rows = []
+    laws = {
+        "Exp(1)": dists.Exponential(1.0),
+        "ShiftedExp(0.5, 1)": dists.ShiftedExponential(0.5, 1.0),
+        "LogNormal(0, 0.5)": dists.LogNormal(0.0, 0.5),
+        "Pareto(3, 1)": dists.Pareto(3.0, 1.0),
+    }
+    for name, dist in laws.items():
+        for n in sizes:
+            res = simulate(dist, n, policies.WaitAll(), rounds, seed=n)
+            rows.append(
+                (
+                    "wait-all mean round",
+                    name,
+                    n,
+                    res.rounds["duration"].mean(),
+                    expected_max(dist, n),
+                )
+            )
+    for n in sizes:
+        k = n // 4
+        res = simulate(
+            dists.Exponential(1.0), n, policies.FastestK(k=k, overcommit=n / k - 1), rounds, seed=n
+        )
+        rows.append(
+            (
+                f"fastest-{k} of n mean round",
+                "Exp(1)",
+                n,
+                res.rounds["duration"].mean(),
+                harmonic(n) - harmonic(n - k),
+            )
+        )
+    for deadline in (0.5, 1.0, 2.0):
+        res = simulate(dists.Exponential(1.0), 20, policies.Deadline(deadline), rounds, seed=7)
+        rows.append(
+            (
+                f"deadline {deadline} arrived fraction",
+                "Exp(1)",
+                20,
+                (res.clients["status"] == "arrived").mean(),
+                1 - math.exp(-deadline),
+            )
+        )
+    table = pd.DataFrame(rows, columns=["quantity", "law", "n", "simulated", "exact"])
+    table["rel_error_%"] = 100 * (table["simulated"] / table["exact"] - 1)
+    pd.set_option("display.width", 120)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"\nmax |relative error|: {table['rel_error_%'].abs().max():.2f}% over {rounds} rounds")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    wait = table[table["quantity"] == "wait-all mean round"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.lineplot(data=wait, x="n", y="exact", hue="law", ax=ax, legend=True)
+    sns.scatterplot(data=wait, x="n", y="simulated", hue="law", ax=ax, legend=False, s=40)
+    ax.set(
+        xscale="log",
+        xlabel="devices n (all selected)",
+        ylabel="mean round time (s)",
+        title="WaitAll round time: simulated (dots) vs exact E[max] (lines)",
+    )
+    print(f"figure: {save(fig, args.out, 'queueing_check')}")
+    assert np.isfinite(table["simulated"]).all()
+
+
+if __name__ == "__main__":
+    main()

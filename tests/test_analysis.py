@@ -1,0 +1,28 @@
+"""The analysis scripts run end to end at reduced size and write their figures."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("script", "expect"),
+    [
+        ("queueing_check.py", "max |relative error|"),
+        ("fedrep_linear.py", "reference floor"),
+    ],
+)
+def test_script_runs_quick(script, expect, tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "analysis" / script), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert expect in done.stdout
+    figures = list(tmp_path.glob("*.png"))
+    assert len(figures) == 1 and figures[0].stat().st_size > 10_000

@@ -1,0 +1,36 @@
+"""What the README says matches what the code does."""
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_python_example_runs(tmp_path, monkeypatch):
+    block = re.search(r"## In Python\n\n```python\n(.*?)```", README, re.S)
+    assert block is not None
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    res = namespace["res"]
+    assert len(res.rounds) == 200 and res.final()["distance"] < 1e-3
+    assert (tmp_path / "runs" / "fedrep" / "rounds.parquet").is_file()
+
+
+def test_ci_runs_the_two_readme_commands():
+    for tag in ("main", "test"):
+        line = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"source <(sed -n '/^readme_command()/,/^}}/p' .ci/run); readme_command {tag}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert line.startswith("python3 -m venv .venv") and line in README
+    assert "simfl run scenarios/fedrep_linear.py" in README
