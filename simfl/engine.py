@@ -239,14 +239,17 @@ class RunContext:
         self.bar.update(1)
 
     def abandon(self) -> None:
-        """Record the jobs of a round cut short by the end of the run as cancelled."""
+        """Record the jobs of a round cut short by the end of the run as cancelled.
+
+        Jobs still running stop now; updates already received are never aggregated, so they
+        are cancelled too (their ``t_end`` stays the arrival time). Dropped jobs stay dropped.
+        """
         rnd = self.current
         if rnd is None:
             return
-        rnd.status[rnd.status == ARRIVED] = RUNNING  # received but never aggregated
-        keep_t = np.where(np.isnan(rnd.t_end), self.env.now, rnd.t_end)
+        received = rnd.status == ARRIVED
         rnd.close(CANCELLED)
-        rnd.t_end[:] = keep_t
+        rnd.status[received] = CANCELLED
         self._record_jobs(rnd)
         self.current = None
 

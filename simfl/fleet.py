@@ -32,6 +32,8 @@ from simfl.rng import Streams
 __all__ = ["REDRAW_MODES", "Fleet", "Profile"]
 
 REDRAW_MODES = ("round", "stage", "run")
+#: The per-device numeric columns of a fleet besides its group.
+_DEVICE_COLUMNS = ("scale", "bandwidth_down", "bandwidth_up", "latency", "dropout_rate")
 
 
 @dataclass(frozen=True)
@@ -300,10 +302,7 @@ class Fleet:
     def _from_profiles(
         cls, profiles: Sequence[Profile], group: NDArray[np.int64], *, redraw: str, seed: int
     ) -> Fleet:
-        col = {
-            f: np.array([getattr(p, f) for p in profiles])[group]
-            for f in ("bandwidth_down", "bandwidth_up", "latency", "dropout_rate")
-        }
+        col = {f: np.array([getattr(p, f) for p in profiles])[group] for f in _DEVICE_COLUMNS[1:]}
         return cls(
             [p.compute for p in profiles],
             group,
@@ -323,16 +322,8 @@ class Fleet:
         return self._replace(scale=scale, seed=self.seed if seed is None else seed)
 
     def _replace(self, **changes: object) -> Fleet:
-        kw: dict[str, object] = {
-            "scale": self.scale,
-            "bandwidth_down": self.bandwidth_down,
-            "bandwidth_up": self.bandwidth_up,
-            "latency": self.latency,
-            "dropout_rate": self.dropout_rate,
-            "redraw": self.redraw,
-            "group_names": self.group_names,
-            "seed": self.seed,
-        }
+        kw: dict[str, object] = {c: getattr(self, c) for c in _DEVICE_COLUMNS}
+        kw.update(redraw=self.redraw, group_names=self.group_names, seed=self.seed)
         kw.update(changes)
         return Fleet(self.dists, self.group, **kw)  # type: ignore[arg-type]
 
@@ -345,17 +336,16 @@ class Fleet:
                 f"Fleet.redraw differs between the fleets being joined ({self.redraw!r} and "
                 f"{other.redraw!r})"
             )
+        columns = {
+            c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _DEVICE_COLUMNS
+        }
         return Fleet(
             self.dists + other.dists,
             np.concatenate([self.group, other.group + len(self.dists)]),
-            scale=np.concatenate([self.scale, other.scale]),
-            bandwidth_down=np.concatenate([self.bandwidth_down, other.bandwidth_down]),
-            bandwidth_up=np.concatenate([self.bandwidth_up, other.bandwidth_up]),
-            latency=np.concatenate([self.latency, other.latency]),
-            dropout_rate=np.concatenate([self.dropout_rate, other.dropout_rate]),
             redraw=self.redraw,
             group_names=self.group_names + other.group_names,
             seed=self.seed,
+            **columns,
         )
 
     # ----------------------------------------------------------------- queries
