@@ -1,20 +1,16 @@
-"""The SimPy engine: a server process and one process per device job.
+"""The SimPy engine: the run context every server process shares, and the device job process.
 
-Time and math are separate. The processes here decide *who* takes part, *when* each step
-happens and *what arrives* before the server aggregates; they never touch model parameters. When
-a round closes, the algorithm computes the local updates of the accepted clients only, in one
-batched call, and aggregates them. Updates that would be discarded (late, dropped, cancelled)
-are never computed, yet their time is simulated; ``run(..., lazy=False)`` computes them too and
-throws them away, and gives identical results.
+Time and math are separate. Server processes (synchronous rounds in :mod:`simfl.rounds`,
+asynchronous ones in :mod:`simfl.policies.asynchronous`, or a policy's own) decide *who* takes
+part, *when* each step happens and *what arrives*; they never touch model parameters. When
+updates are to be aggregated, the algorithm computes those updates only, in one batched call
+(:meth:`RunContext.updates`), and aggregates them. Updates that would be discarded (late,
+dropped, cancelled) are never computed, yet their time is simulated; ``run(..., lazy=False)``
+computes them too and throws them away, and gives identical results.
 
 A device job reads like the protocol::
 
     download -> compute -> upload     (each stage raced by the device's failure clock)
-
-and the synchronous server loop like a round::
-
-    cohort = policy.select(...); start jobs; wait for quota / all resolved / deadline;
-    close the round (running jobs become late or cancelled); aggregate; evaluate.
 """
 
 from __future__ import annotations
@@ -22,9 +18,9 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import simpy
@@ -33,94 +29,14 @@ from tqdm.auto import tqdm
 
 from simfl._checks import check_choice
 from simfl.algorithms.base import Updates
-from simfl.jobs import (
-    ARRIVED,
-    CANCELLED,
-    DROPPED,
-    LATE,
-    RUNNING,
-    JobPlan,
-    bytes_moved,
-    plan_jobs,
-    time_split,
-)
+from simfl.jobs import ARRIVED, JobPlan, bytes_moved, plan_jobs, time_split
 from simfl.results import Recorder, Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario
 
-if TYPE_CHECKING:
-    from simfl.policies.base import SyncPolicy
+__all__ = ["RunContext", "device_job", "run"]
 
-__all__ = ["RoundState", "RunContext", "device_job", "run", "sync_server"]
-
-
-class RoundState:
-    """Book-keeping of one synchronous round while its jobs run."""
-
-    __slots__ = (
-        "closed",
-        "done",
-        "env",
-        "n_arrived",
-        "n_resolved",
-        "plan",
-        "procs",
-        "quota",
-        "round",
-        "stage",
-        "status",
-        "t_end",
-    )
-
-    def __init__(
-        self, env: simpy.Environment, plan: JobPlan, *, quota: int, round: int, stage: int
-    ) -> None:
-        self.env = env
-        self.plan = plan
-        self.quota = quota
-        self.round = round
-        self.stage = stage
-        self.status = np.full(plan.size, RUNNING, dtype=np.int8)
-        self.t_end = np.full(plan.size, math.nan)
-        self.n_arrived = 0
-        self.n_resolved = 0
-        self.closed = False
-        self.done = env.event()
-        self.procs: list[simpy.Process] = []
-
-    def arrive(self, j: int) -> None:
-        """Job ``j``'s update reached the server."""
-        if self.closed:
-            return  # arrived at the very instant the round closed, after it: not accepted
-        self.status[j] = ARRIVED
-        self.t_end[j] = self.env.now
-        self.n_arrived += 1
-        self._resolved()
-
-    def drop(self, j: int) -> None:
-        """Job ``j``'s device failed."""
-        if self.closed:
-            return
-        self.status[j] = DROPPED
-        self.t_end[j] = self.env.now
-        self._resolved()
-
-    def _resolved(self) -> None:
-        self.n_resolved += 1
-        if self.n_arrived >= self.quota or self.n_resolved == self.plan.size:
-            self.closed = True
-            self.done.succeed()
-
-    def close(self, status: int) -> None:
-        """Stop every job still running now, recording it with ``status``."""
-        self.closed = True
-        running = np.flatnonzero(self.status == RUNNING)
-        self.status[running] = status
-        self.t_end[running] = self.env.now
-        for j in running:
-            proc = self.procs[j]
-            if proc.is_alive:
-                proc.interrupt(status)
+Callback = Callable[[int], None]
 
 
 def _busy(env: simpy.Environment, seconds: float, fail_at: float) -> Generator[Any, Any, bool]:
@@ -132,45 +48,34 @@ def _busy(env: simpy.Environment, seconds: float, fail_at: float) -> Generator[A
     return True
 
 
-def device_job(env: simpy.Environment, rnd: RoundState, j: int) -> Generator[Any, Any, None]:
-    """The job of the ``j``-th device of a round: download, compute, upload.
+def device_job(
+    env: simpy.Environment, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback
+) -> Generator[Any, Any, None]:
+    """The ``j``-th job of ``plan``: download, compute, upload; then report to the server.
 
-    A failure (drawn when the job starts, see :mod:`simfl.jobs`) ends it as ``dropped``; the
-    server interrupts it if the round closes first.
+    A failure (drawn when the job starts, see :mod:`simfl.jobs`) ends it as dropped. The server
+    may interrupt it at any time (a round closing, the run ending); it then records the job.
     """
-    plan = rnd.plan
-    fail_at = plan.t_start + float(plan.fail_after[j])
+    fail_at = plan.start(j) + float(plan.fail_after[j])
     try:
-        survived = (
-            (yield from _busy(env, float(plan.download[j]), fail_at))
-            and (yield from _busy(env, float(plan.compute[j]), fail_at))
-            and (yield from _busy(env, float(plan.upload[j]), fail_at))
-        )
-        if survived:
-            rnd.arrive(j)
-        else:
-            rnd.drop(j)
+        for stage in (plan.download, plan.compute, plan.upload):
+            if not (yield from _busy(env, float(stage[j]), fail_at)):
+                on_drop(j)
+                return
+            plan.progress[j] += 1
     except simpy.Interrupt:
-        pass  # the round closed: the server has recorded this job as late or cancelled
-
-
-def sync_server(run: RunContext, policy: SyncPolicy) -> Generator[Any, Any, None]:
-    """The server process of synchronous policies, one round per loop."""
-    env = run.env
-    while run.stop_reason is None:
-        r = run.round
-        cohort = policy.select(r, run.fleet.size, run.streams)
-        rnd = run.start_round(cohort, quota=policy.quota(cohort.size), stage=policy.stage(r))
-        deadline = policy.deadline(r)
-        if deadline is None:
-            yield rnd.done
-        else:
-            yield rnd.done | env.timeout(deadline)
-        run.close_round(rnd, LATE if not rnd.closed else CANCELLED)
+        return  # stopped by the server, which records the job
+    on_arrive(j)
 
 
 class RunContext:
-    """Everything one run shares: clock, streams, state, records. Built by :func:`run`."""
+    """Everything one run shares: clock, streams, data, state, records, stop rules.
+
+    Server processes use its primitives: :meth:`plan` and :meth:`start_jobs` to run device jobs,
+    :meth:`record_jobs` to record them, :meth:`updates` and :meth:`apply` to compute and
+    aggregate updates, and :meth:`end_aggregation` to record the aggregation, evaluate and check
+    the stop rules. Built by :func:`run`.
+    """
 
     def __init__(self, scenario: Scenario, *, lazy: bool, progress: bool, on_error: str) -> None:
         self.scenario = scenario
@@ -183,10 +88,12 @@ class RunContext:
         task = scenario.task
         self.metrics: tuple[str, ...] = task.metrics if task is not None else ()
         self.recorder = Recorder(self.metrics)
+        #: Number of aggregations so far (the index of the next one).
         self.round = 0
         self.stop_reason: str | None = None
         self.error: str | None = None
-        self.current: RoundState | None = None
+        #: Called at the end of the run to record whatever the server still has in flight.
+        self.abandon: Callable[[], None] | None = None
         self.bar = tqdm(
             total=scenario.rounds,
             desc=scenario.name,
@@ -201,133 +108,145 @@ class RunContext:
         self.initial_metrics: dict[str, float] = (
             self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
         )
+        self.last_metrics: dict[str, float] = dict(self.initial_metrics)
 
-    # ----------------------------------------------------------------- rounds
-    def start_round(self, cohort: NDArray[np.int64], *, quota: int, stage: int) -> RoundState:
-        """Plan and start the jobs of ``cohort`` now."""
-        plan = plan_jobs(
+    # ----------------------------------------------------------------- jobs
+    def plan(
+        self, devices: NDArray[np.int64], *, key: int, stage: int, state: Any = None
+    ) -> JobPlan:
+        """Jobs of ``devices`` starting now, keyed by ``key`` (the round, for synchronous runs).
+
+        Nothing starts: policies use this to observe speeds before choosing (the draws are
+        keyed, so starting the same jobs later reproduces them exactly).
+        """
+        current = self.state if state is None else state
+        return plan_jobs(
             self.fleet,
-            cohort,
-            round=self.round,
+            devices,
+            round=key,
             stage=stage,
             t_start=self.env.now,
-            work=self.algorithm.work(self.state, cohort),
-            payload=self.algorithm.payload(self.state),
+            work=self.algorithm.work(current, devices),
+            payload=self.algorithm.payload(current),
             streams=self.streams,
         )
-        rnd = RoundState(self.env, plan, quota=quota, round=self.round, stage=stage)
-        rnd.procs = [self.env.process(device_job(self.env, rnd, j)) for j in range(plan.size)]
-        self.current = rnd
-        return rnd
 
-    def close_round(self, rnd: RoundState, running_status: int) -> None:
-        """Close ``rnd`` now: stop running jobs, record them, aggregate, evaluate, check stops."""
-        rnd.close(running_status)
-        self.current = None
-        self._record_jobs(rnd)
-        row = self._aggregate(rnd)
-        self.recorder.add_round(row)
-        self.round += 1
-        sc = self.scenario
-        if sc.rounds is not None and self.round >= sc.rounds:
-            self._stop("rounds")
-        if sc.rounds is None and row["duration"] == 0.0 and self.stop_reason is None:
-            self._stop("stalled")  # the clock cannot advance: max_time would never be reached
-        due = self.round % sc.eval_every == 0 or self.stop_reason is not None
-        if due and self.metrics and row["status"] in ("ok", "empty"):
-            self._evaluate()
-        self.bar.update(1)
+    def start_jobs(
+        self, plan: JobPlan, on_arrive: Callback, on_drop: Callback
+    ) -> list[simpy.Process]:
+        """Start the SimPy process of every job of ``plan``."""
+        env = self.env
+        return [env.process(device_job(env, plan, j, on_arrive, on_drop)) for j in range(plan.size)]
 
-    def abandon(self) -> None:
-        """Record the jobs of a round cut short by the end of the run as cancelled.
-
-        Jobs still running stop now; updates already received are never aggregated, so they
-        are cancelled too (their ``t_end`` stays the arrival time). Dropped jobs stay dropped.
-        """
-        rnd = self.current
-        if rnd is None:
-            return
-        received = rnd.status == ARRIVED
-        rnd.close(CANCELLED)
-        rnd.status[received] = CANCELLED
-        self._record_jobs(rnd)
-        self.current = None
-
-    def _stop(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-
-    def _record_jobs(self, rnd: RoundState) -> None:
-        plan = rnd.plan
+    def record_jobs(
+        self,
+        plan: JobPlan,
+        status: NDArray[np.int8],
+        t_end: NDArray[np.float64],
+        *,
+        round: int | NDArray[np.int64],
+        stage: int,
+        staleness: NDArray[np.float64] | None = None,
+        rows: NDArray[np.int64] | None = None,
+    ) -> tuple[float, float]:
+        """Append the rows of the jobs of ``plan`` (or of its ``rows``); return bytes moved."""
+        if rows is not None:
+            plan = plan.take(rows)
+            status, t_end = status[rows], t_end[rows]
+            if staleness is not None:
+                staleness = staleness[rows]
         n = plan.size
-        down, comp, up = time_split(plan, rnd.status, rnd.t_end)
+        down, comp, up = time_split(plan, t_end)
         b_down, b_up = bytes_moved(plan, self.fleet, down, up)
+        if staleness is None:
+            staleness = np.where(status == ARRIVED, 0.0, np.nan)
         self.recorder.add_jobs(
             {
-                "round": np.full(n, rnd.round),
-                "stage": np.full(n, rnd.stage),
+                "round": np.broadcast_to(np.asarray(round, dtype=np.int64), (n,)),
+                "stage": np.full(n, stage),
                 "device": plan.devices,
-                "status": rnd.status,
-                "t_start": np.full(n, plan.t_start),
-                "t_end": rnd.t_end,
+                "status": status,
+                "t_start": np.broadcast_to(np.asarray(plan.t_start, dtype=np.float64), (n,)),
+                "t_end": t_end,
                 "download": down,
                 "compute": comp,
                 "upload": up,
                 "work": plan.work,
                 "bytes_down": b_down,
                 "bytes_up": b_up,
+                "staleness": staleness,
             }
         )
+        return float(b_down.sum()), float(b_up.sum())
 
-    def _aggregate(self, rnd: RoundState) -> dict[str, Any]:
-        plan, status = rnd.plan, rnd.status
-        accepted = status == ARRIVED
-        down, _, up = time_split(plan, status, rnd.t_end)
-        b_down, b_up = bytes_moved(plan, self.fleet, down, up)
-        row: dict[str, Any] = {
-            "round": rnd.round,
-            "stage": rnd.stage,
-            "t_start": plan.t_start,
-            "time": self.env.now,
-            "duration": self.env.now - plan.t_start,
-            "status": "ok",
-            "n_selected": plan.size,
-            "n_arrived": int(accepted.sum()),
-            "n_dropped": int((status == DROPPED).sum()),
-            "n_late": int((status == LATE).sum()),
-            "n_cancelled": int((status == CANCELLED).sum()),
-            "bytes_down": float(b_down.sum()),
-            "bytes_up": float(b_up.sum()),
-        }
-        if not accepted.any():
-            row["status"] = "empty"
-            return row
+    # ----------------------------------------------------------------- math
+    def updates(
+        self,
+        state: Any,
+        clients: NDArray[np.int64],
+        key: int,
+        accepted: NDArray[np.bool_] | None = None,
+    ) -> Updates:
+        """The updates of ``clients[accepted]`` from ``state``, with data keyed by ``key``.
+
+        Lazy runs compute the accepted clients only; eager runs compute all of ``clients`` and
+        keep the accepted ones (same numbers).
+        """
+        alg = self.algorithm
+        if accepted is None:
+            return alg.local_updates(state, self.data, clients, key, self.streams)
+        if self.lazy:
+            return alg.local_updates(state, self.data, clients[accepted], key, self.streams)
+        everything = alg.local_updates(state, self.data, clients, key, self.streams)
+        return {name: value[accepted] for name, value in everything.items()}
+
+    def apply(self, row: dict[str, Any], compute: Callable[[], tuple[Any, Updates]]) -> None:
+        """Run ``compute`` (which returns the new state and the updates it used) safely.
+
+        A non-finite update marks ``row`` as ``diverged``; an exception marks it ``error`` (or
+        re-raises with ``on_error="raise"``). Either way the state is left unchanged and the run
+        stops after this aggregation. The mean ``loss`` of the updates becomes ``train_loss``.
+        """
         try:
             # overflow is detected below and recorded as divergence, not warned about
             with np.errstate(over="ignore", invalid="ignore"):
-                updates = self._updates(plan, accepted)
-                if not all(np.isfinite(v).all() for v in updates.values()):
-                    row["status"] = "diverged"
-                    self._stop("diverged")
-                    return row
-                self.state = self.algorithm.aggregate(self.state, updates, rnd.round)
+                state, updates = compute()
+            if not all(np.isfinite(v).all() for v in updates.values()):
+                row["status"] = "diverged"
+                self.stop("diverged")
+                return
         except Exception:
             if self.on_error == "raise":
                 raise
             row["status"] = "error"
             self.error = traceback.format_exc()
-            self._stop("error")
-            return row
-        if "loss" in updates:
+            self.stop("error")
+            return
+        self.state = state
+        if "loss" in updates and len(updates["loss"]):
             row["train_loss"] = float(np.mean(updates["loss"]))
-        return row
 
-    def _updates(self, plan: JobPlan, accepted: NDArray[np.bool_]) -> Updates:
-        alg, r = self.algorithm, self.round
-        if self.lazy:
-            return alg.local_updates(self.state, self.data, plan.devices[accepted], r, self.streams)
-        everything = alg.local_updates(self.state, self.data, plan.devices, r, self.streams)
-        return {name: value[accepted] for name, value in everything.items()}
+    # ----------------------------------------------------------------- aggregations
+    def end_aggregation(self, row: dict[str, Any]) -> None:
+        """Record aggregation ``row``, then check the stop rules and evaluate if due."""
+        row.setdefault("status", "ok")
+        row.setdefault("duration", row["time"] - row["t_start"])
+        self.recorder.add_round(row)
+        self.round += 1
+        sc = self.scenario
+        if sc.rounds is not None and self.round >= sc.rounds:
+            self.stop("rounds")
+        if sc.rounds is None and row["time"] == row["t_start"] and self.stop_reason is None:
+            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
+        due = self.round % sc.eval_every == 0 or self.stop_reason is not None
+        if due and self.metrics and row["status"] in ("ok", "empty"):
+            self._evaluate()
+        self.bar.update(1)
+
+    def stop(self, reason: str) -> None:
+        """Ask the run to stop after the current aggregation (the first reason wins)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
 
     def _evaluate(self) -> None:
         try:
@@ -337,25 +256,31 @@ class RunContext:
             if self.on_error == "raise":
                 raise
             self.error = traceback.format_exc()
-            self._stop("error")
+            self.stop("error")
             return
         self.recorder.set_metrics(metrics)
+        self.last_metrics = dict(metrics)
         if not all(math.isfinite(v) for v in metrics.values()):
-            self._stop("diverged")
+            self.stop("diverged")
         target = self.scenario.target
         if target is not None and target.reached(metrics):
-            self._stop("target")
+            self.stop("target")
         self.bar.set_postfix(
             {"t": f"{self.env.now:.4g}s", **{k: f"{v:.3g}" for k, v in metrics.items()}},
             refresh=False,
         )
 
     def finish(self) -> None:
-        """Evaluate the final state if the last round was not evaluated."""
+        """Record what is still in flight; evaluate the final state if it was not."""
+        if self.abandon is not None:
+            self.abandon()
+            self.abandon = None
         rec = self.recorder
-        if not self.metrics or rec.n_rounds == 0 or rec.last_round("status") not in ("ok", "empty"):
+        if not self.metrics or rec.n_rounds == 0 or self.error is not None:
             return
-        if all(math.isnan(rec.last_round(m)) for m in self.metrics) and self.error is None:
+        if rec.last_round("status") in ("ok", "empty") and all(
+            math.isnan(rec.last_round(m)) for m in self.metrics
+        ):
             self._evaluate()
 
 
@@ -404,13 +329,12 @@ def run(
     try:
         env.run(until=until)
     except KeyboardInterrupt:
-        ctx._stop("interrupted")
+        ctx.stop("interrupted")
         status = "interrupted"
     finally:
         ctx.bar.close()
-    if ctx.current is not None:
-        ctx.abandon()
-        ctx._stop("max_time")
+    if ctx.abandon is not None:
+        ctx.stop("max_time")
     ctx.finish()
     if ctx.error is not None:
         status = "error"

@@ -30,6 +30,7 @@ __all__ = [
     "STATUSES",
     "JobPlan",
     "bytes_moved",
+    "concat_plans",
     "plan_jobs",
     "time_split",
 ]
@@ -48,18 +49,64 @@ class JobPlan:
     """The planned jobs of one cohort (arrays aligned with ``devices``)."""
 
     devices: NDArray[np.int64]
-    t_start: float
+    t_start: float | Array  # one start for a cohort, or one per job
     download: Array
     compute: Array
     upload: Array
     fail_after: Array  # busy seconds until the device fails (inf: it does not)
     work: Array
-    payload: Payload
+    size_down: Array  # bytes each job downloads
+    size_up: Array  # bytes each job uploads
+    #: Stages each job has completed (0: downloading ... 3: uploaded), kept by its process.
+    progress: NDArray[np.int8]
 
     @property
     def size(self) -> int:
         """Number of jobs."""
         return int(self.devices.size)
+
+    @property
+    def duration(self) -> Array:
+        """Planned seconds from start to arrival of each job (ignoring dropouts)."""
+        return self.download + self.compute + self.upload
+
+    def start(self, j: int) -> float:
+        """Start time of job ``j``."""
+        return float(np.broadcast_to(self.t_start, self.devices.shape)[j])
+
+    def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> JobPlan:
+        """The plan of a subset of the jobs."""
+        return JobPlan(
+            self.devices[rows],
+            self.t_start if np.ndim(self.t_start) == 0 else np.asarray(self.t_start)[rows],
+            self.download[rows],
+            self.compute[rows],
+            self.upload[rows],
+            self.fail_after[rows],
+            self.work[rows],
+            self.size_down[rows],
+            self.size_up[rows],
+            self.progress[rows],
+        )
+
+
+def concat_plans(plans: list[JobPlan]) -> JobPlan:
+    """One plan holding the jobs of several (each keeps its own start time)."""
+    starts = [
+        np.broadcast_to(np.asarray(p.t_start, dtype=np.float64), p.devices.shape) for p in plans
+    ]
+    return JobPlan(
+        np.concatenate([p.devices for p in plans]),
+        np.concatenate(starts),
+        np.concatenate([p.download for p in plans]),
+        np.concatenate([p.compute for p in plans]),
+        np.concatenate([p.upload for p in plans]),
+        np.concatenate([p.fail_after for p in plans]),
+        np.concatenate([p.work for p in plans]),
+        np.concatenate([p.size_down for p in plans]),
+        np.concatenate([p.size_up for p in plans]),
+        np.concatenate([p.progress for p in plans]),
+    )
 
 
 def plan_jobs(
@@ -82,27 +129,52 @@ def plan_jobs(
     u = streams.uniform("dropout", devices, round)
     with np.errstate(divide="ignore"):
         fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
-    return JobPlan(devices, t_start, download, compute, upload, fail_after, work, payload)
-
-
-def time_split(plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> tuple[Array, Array, Array]:
-    """Seconds each job actually spent downloading, computing and uploading."""
-    spent = t_end - plan.t_start
-    down = np.minimum(plan.download, spent)
-    comp = np.clip(spent - plan.download, 0.0, plan.compute)
-    up = np.clip(spent - plan.download - plan.compute, 0.0, plan.upload)
-    done = status == ARRIVED
-    return (
-        np.where(done, plan.download, down),
-        np.where(done, plan.compute, comp),
-        np.where(done, plan.upload, up),
+    n = devices.size
+    return JobPlan(
+        devices,
+        t_start,
+        download,
+        compute,
+        upload,
+        fail_after,
+        work,
+        np.full(n, float(payload.down)),
+        np.full(n, float(payload.up)),
+        np.zeros(n, dtype=np.int8),
     )
+
+
+def time_split(plan: JobPlan, t_end: Array) -> tuple[Array, Array, Array]:
+    """Seconds each job actually spent downloading, computing and uploading.
+
+    Completed stages count in full, the stage in progress at ``t_end`` counts up to ``t_end``.
+    """
+    spent = t_end - plan.t_start
+    p = plan.progress
+    d, c, u = plan.download, plan.compute, plan.upload
+    zero = np.zeros_like(spent)
+    down = np.where(p >= 1, d, np.minimum(spent, d))
+    comp = np.where(p >= 2, c, np.where(p == 1, np.clip(spent - d, 0.0, c), zero))
+    up = np.where(p >= 3, u, np.where(p == 2, np.clip(spent - d - c, 0.0, u), zero))
+    return down, comp, up
 
 
 def bytes_moved(plan: JobPlan, fleet: Fleet, down_s: Array, up_s: Array) -> tuple[Array, Array]:
-    """Bytes each job moved down and up in the seconds it spent on each transfer."""
+    """Bytes each job moved: all of a completed transfer, the share of one in progress."""
     latency = fleet.latency[plan.devices]
-    return (
-        bytes_delivered(down_s, plan.payload.down, fleet.bandwidth_down[plan.devices], latency),
-        bytes_delivered(up_s, plan.payload.up, fleet.bandwidth_up[plan.devices], latency),
+    p = plan.progress
+    down = np.where(
+        p >= 1,
+        plan.size_down,
+        bytes_delivered(down_s, plan.size_down, fleet.bandwidth_down[plan.devices], latency),
     )
+    up = np.where(
+        p >= 3,
+        plan.size_up,
+        np.where(
+            p == 2,
+            bytes_delivered(up_s, plan.size_up, fleet.bandwidth_up[plan.devices], latency),
+            0.0,
+        ),
+    )
+    return down, up

@@ -36,26 +36,32 @@ def nbytes(*arrays: NDArray[np.generic]) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-def transfer_seconds(size: int, bandwidth: ArrayLike, latency: ArrayLike) -> NDArray[np.float64]:
+def transfer_seconds(
+    size: ArrayLike, bandwidth: ArrayLike, latency: ArrayLike
+) -> NDArray[np.float64]:
     """Seconds to move ``size`` bytes over links of the given bandwidth (bytes/s) and latency.
 
     An infinite bandwidth costs only the latency; a zero-byte payload costs only the latency.
     """
+    sz = np.asarray(size, dtype=np.float64)
     bw = np.asarray(bandwidth, dtype=np.float64)
-    return np.asarray(latency, dtype=np.float64) + (size / bw if size else np.zeros_like(bw))
+    with np.errstate(invalid="ignore"):
+        moving = np.where(sz == 0, 0.0, sz / bw)
+    return np.asarray(np.asarray(latency, dtype=np.float64) + moving, dtype=np.float64)
 
 
 def bytes_delivered(
-    elapsed: ArrayLike, size: int, bandwidth: ArrayLike, latency: ArrayLike
+    elapsed: ArrayLike, size: ArrayLike, bandwidth: ArrayLike, latency: ArrayLike
 ) -> NDArray[np.float64]:
-    """Bytes a transfer has delivered after ``elapsed`` seconds (0 during the latency)."""
+    """Bytes a transfer of ``size`` bytes has delivered after ``elapsed`` seconds.
+
+    Nothing moves during the latency; then bytes flow at ``bandwidth`` until all have arrived.
+    """
     el = np.asarray(elapsed, dtype=np.float64)
+    sz = np.asarray(size, dtype=np.float64)
+    bw = np.asarray(bandwidth, dtype=np.float64)
     moving = np.maximum(el - np.asarray(latency, dtype=np.float64), 0.0)
     with np.errstate(invalid="ignore"):
-        done = np.where(
-            np.isinf(bandwidth),
-            np.where(moving > 0, size, 0.0),
-            moving * np.asarray(bandwidth, dtype=np.float64),
-        )
-    full = el >= np.asarray(transfer_seconds(size, bandwidth, latency))
-    return np.asarray(np.where(full, float(size), np.minimum(done, size)), dtype=np.float64)
+        done = np.where(np.isinf(bw), np.where(moving > 0, sz, 0.0), moving * bw)
+    full = el >= transfer_seconds(sz, bw, latency)
+    return np.asarray(np.where(full, sz, np.minimum(done, sz)), dtype=np.float64)

@@ -5,13 +5,17 @@
     ``time`` (simulated seconds at the aggregation), ``duration``, ``status`` (``ok``,
     ``empty`` when no update arrived, ``diverged`` when an update was not finite, ``error``),
     ``n_selected``, ``n_arrived``, ``n_dropped``, ``n_late``, ``n_cancelled``, ``bytes_down``,
-    ``bytes_up`` (bytes actually moved, partial transfers included), ``train_loss`` (mean local
+    ``bytes_up`` (bytes actually moved, partial transfers included), ``staleness_mean`` (mean
+    staleness of the aggregated updates; 0 for synchronous rounds), ``train_loss`` (mean local
     loss of the accepted updates, if the algorithm reports one), then one column per task
     metric (NaN on rounds that were not evaluated).
 ``Results.clients``
     One row per device job: ``round``, ``stage``, ``device``, ``status`` (``arrived``,
     ``late``, ``dropped``, ``cancelled``), ``t_start``, ``t_end``, the seconds spent in
-    ``download``, ``compute`` and ``upload``, ``work`` units and ``bytes_down``/``bytes_up``.
+    ``download``, ``compute`` and ``upload``, ``work`` units, ``bytes_down``/``bytes_up`` and
+    ``staleness`` (server versions between the model the job downloaded and the aggregation
+    that applied its update; NaN for updates never applied). For asynchronous policies ``round``
+    is the model version the job downloaded.
 ``Results.meta``
     A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds,
     and ``initial_metrics`` (the metrics of the model before round 0, at time 0).
@@ -53,6 +57,7 @@ _JOB_COLUMNS = (
     "work",
     "bytes_down",
     "bytes_up",
+    "staleness",
 )
 _ROUND_COLUMNS = (
     "round",
@@ -68,6 +73,7 @@ _ROUND_COLUMNS = (
     "n_cancelled",
     "bytes_down",
     "bytes_up",
+    "staleness_mean",
     "train_loss",
 )
 _INT_COLUMNS = {

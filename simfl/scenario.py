@@ -137,3 +137,4 @@ class Scenario:
             raise ValueError(f"Scenario.name must be a string, got {self.name!r}")
         self.policy.check(self.fleet.size)
         self.algorithm.check(self.task)
+        self.policy.check_algorithm(self.algorithm)

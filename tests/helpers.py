@@ -65,6 +65,8 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
 
     computed: list[int] = field(default_factory=list, compare=False)
     aggregated: list[tuple[int, int]] = field(default_factory=list, compare=False)
+    #: (model version the update was computed from, client, data key) of every computed update
+    bases: list[tuple[int, int, int]] = field(default_factory=list, compare=False)
     fail_at: int | None = None
 
     name: ClassVar[str] = "ledger"
@@ -84,6 +86,7 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
         if self.fail_at == round:
             raise RuntimeError(f"boom in round {round}")
         self.computed.extend(int(c) for c in clients)
+        self.bases.extend((len(state), int(c), int(round)) for c in clients)
         return {"client": clients.copy(), "loss": clients.astype(float)}
 
     def aggregate(self, state: Any, updates: Updates, round: int) -> Any:
@@ -92,3 +95,9 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
 
     def evaluate(self, state: Any, data: Any) -> dict[str, float]:
         return {}
+
+    def shared(self, state: Any) -> dict[str, NDArray[Any]]:
+        return {}
+
+    def with_shared(self, state: Any, shared: dict[str, NDArray[Any]]) -> Any:
+        return (*state, ("async",))

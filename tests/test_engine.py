@@ -32,7 +32,7 @@ def test_same_seed_identical_frames_different_seed_different():
 
 def test_contract_columns():
     res = run(linear_scenario(rounds=3), progress=False)
-    assert list(res.rounds.columns[:14]) == [
+    assert list(res.rounds.columns[:15]) == [
         "round",
         "stage",
         "t_start",
@@ -46,9 +46,10 @@ def test_contract_columns():
         "n_cancelled",
         "bytes_down",
         "bytes_up",
+        "staleness_mean",
         "train_loss",
     ]
-    assert list(res.rounds.columns[14:]) == ["distance", "test_mse"]
+    assert list(res.rounds.columns[15:]) == ["distance", "test_mse"]
     assert list(res.clients.columns) == [
         "round",
         "stage",
@@ -62,6 +63,7 @@ def test_contract_columns():
         "work",
         "bytes_down",
         "bytes_up",
+        "staleness",
     ]
     assert list(res.clients["status"].cat.categories) == ["arrived", "late", "dropped", "cancelled"]
     assert res.meta["status"] == "ok" and res.meta["stop_reason"] == "rounds"

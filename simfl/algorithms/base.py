@@ -10,6 +10,8 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
 ``local_updates``   the local updates of a cohort, in one batched computation
 ``aggregate``       the new state from the accepted updates
 ``evaluate``        the metrics of the task for the current state
+``shared``          the server-side parameters clients update, by name (for asynchronous mixing)
+``with_shared``     the state with new server-side parameters (e.g. re-orthonormalised)
 
 Lazy exactness: the engine calls ``local_updates`` only for the clients whose updates it will
 aggregate. Every algorithm must therefore compute each client's update from that client's own
@@ -74,3 +76,16 @@ class Algorithm(ABC, Generic[StateT]):
     @abstractmethod
     def evaluate(self, state: StateT, data: Any) -> dict[str, float]:
         """The task's metrics for ``state`` (keys are the task's ``metrics``)."""
+
+    def shared(self, state: StateT) -> dict[str, NDArray[Any]]:
+        """The server-side parameters that clients update, by the names used in their updates.
+
+        Asynchronous policies mix these with staleness weights (``updates[name][i]`` is client
+        ``i``'s new value of ``shared(state)[name]``). Algorithms that cannot run asynchronously
+        keep this default, which raises.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support asynchronous policies")
+
+    def with_shared(self, state: StateT, shared: dict[str, NDArray[Any]]) -> StateT:
+        """``state`` with its server-side parameters replaced by ``shared``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support asynchronous policies")

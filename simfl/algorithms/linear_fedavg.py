@@ -115,6 +115,12 @@ class FedAvg(Algorithm[FedAvgState]):
             np.mean(updates["representation"], axis=0), np.mean(updates["head"], axis=0)
         )
 
+    def shared(self, state: FedAvgState) -> dict[str, Array]:  # noqa: D102
+        return {"representation": state.representation, "head": state.head}
+
+    def with_shared(self, state: FedAvgState, shared: dict[str, Array]) -> FedAvgState:  # noqa: D102
+        return FedAvgState(shared["representation"], shared["head"])
+
     def evaluate(self, state: FedAvgState, data: Any) -> dict[str, float]:
         """Metrics of the shared model, used unchanged by every evaluated client."""
         heads = np.broadcast_to(state.head, (data.eval_clients.size, state.head.size))

@@ -118,11 +118,19 @@ class FedRep(Algorithm[FedRepState]):
             "loss": 0.5 * np.mean(residual**2, axis=1),
         }
 
-    def aggregate(self, state: FedRepState, updates: Updates, round: int) -> FedRepState:  # noqa: D102
-        mean = np.mean(updates["representation"], axis=0)
-        if self.orthonormalize:
-            mean = np.linalg.qr(mean)[0]
-        return FedRepState(np.asarray(mean))
+    def aggregate(self, state: FedRepState, updates: Updates, round: int) -> FedRepState:
+        """Average the clients' representations, then orthonormalise (``with_shared``)."""
+        return self.with_shared(
+            state, {"representation": np.mean(updates["representation"], axis=0)}
+        )
+
+    def shared(self, state: FedRepState) -> dict[str, Array]:  # noqa: D102
+        return {"representation": state.representation}
+
+    def with_shared(self, state: FedRepState, shared: dict[str, Array]) -> FedRepState:
+        """The new representation, orthonormalised if ``orthonormalize``."""
+        b = shared["representation"]
+        return FedRepState(np.asarray(np.linalg.qr(b)[0] if self.orthonormalize else b))
 
     def personalize(self, state: FedRepState, data: LinearRepresentationData) -> LinearModel:
         """Each evaluated client's exact head on its own samples, for the current ``B``."""

@@ -64,3 +64,9 @@ class TimingOnly(Algorithm[None]):
 
     def evaluate(self, state: None, data: Any) -> dict[str, float]:  # noqa: D102
         return {}
+
+    def shared(self, state: None) -> dict[str, NDArray[Any]]:  # noqa: D102
+        return {}
+
+    def with_shared(self, state: None, shared: dict[str, NDArray[Any]]) -> None:  # noqa: D102
+        return None

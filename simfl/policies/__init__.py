@@ -1,6 +1,26 @@
-"""Participation and straggler-mitigation policies."""
+"""Participation and straggler-mitigation policies.
 
+Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-selection),
+:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients).
+Asynchronous: :class:`FedAsync`, :class:`FedBuff`.
+"""
+
+from simfl.policies.adaptive import AdaptiveDeadline
+from simfl.policies.asynchronous import AsyncPolicy, FedAsync, FedBuff
 from simfl.policies.base import Policy, SyncPolicy
+from simfl.policies.srpfl import SRPFL, Plateau
 from simfl.policies.sync import Deadline, FastestK, WaitAll
 
-__all__ = ["Deadline", "FastestK", "Policy", "SyncPolicy", "WaitAll"]
+__all__ = [
+    "SRPFL",
+    "AdaptiveDeadline",
+    "AsyncPolicy",
+    "Deadline",
+    "FastestK",
+    "FedAsync",
+    "FedBuff",
+    "Plateau",
+    "Policy",
+    "SyncPolicy",
+    "WaitAll",
+]

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
+from simfl.algorithms.base import Algorithm
 from simfl.rng import Streams
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ class Policy(ABC):
 
     def check(self, n_devices: int) -> None:  # noqa: B027 - a hook, no-op by default
         """Raise ``ValueError`` naming the field if the policy cannot run on ``n_devices``."""
+
+    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: B027 - a hook
+        """Raise ``ValueError`` if the policy cannot drive ``algorithm``."""
 
     @abstractmethod
     def serve(self, run: RunContext) -> Generator[Any, Any, None]:
@@ -62,7 +66,7 @@ class SyncPolicy(Policy):
         return 0
 
     def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
-        from simfl.engine import sync_server
+        from simfl.rounds import sync_server
 
         return sync_server(run, self)
 

@@ -1,0 +1,186 @@
+"""Synchronous rounds: start a cohort's jobs, wait, close the round, aggregate.
+
+A round closes at the earliest of: ``quota`` arrivals; every job resolved (arrived or dropped;
+the server notices a dropout when it happens, like a broken connection); the deadline. Jobs still
+running then are recorded ``late`` if the deadline closed the round and ``cancelled`` otherwise
+(over-selection), and their updates are never computed. The algorithm then computes the arrived
+updates in one batched call and aggregates them.
+
+:func:`sync_round` is the building block: stateless policies run it in :func:`sync_server`;
+stateful ones (SRPFL, adaptive deadlines) call it from their own server process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, JobPlan
+
+if TYPE_CHECKING:
+    from simfl.engine import RunContext
+    from simfl.policies.base import SyncPolicy
+
+__all__ = ["RoundState", "sync_round", "sync_server"]
+
+
+class RoundState:
+    """Book-keeping of one synchronous round while its jobs run."""
+
+    __slots__ = (
+        "closed",
+        "done",
+        "env",
+        "n_arrived",
+        "n_resolved",
+        "plan",
+        "procs",
+        "quota",
+        "status",
+        "t_end",
+    )
+
+    def __init__(self, env: simpy.Environment, plan: JobPlan, quota: int) -> None:
+        self.env = env
+        self.plan = plan
+        self.quota = quota
+        self.status = np.full(plan.size, RUNNING, dtype=np.int8)
+        self.t_end = np.full(plan.size, math.nan)
+        self.n_arrived = 0
+        self.n_resolved = 0
+        self.closed = False
+        self.done = env.event()
+        self.procs: list[simpy.Process] = []
+
+    def arrive(self, j: int) -> None:
+        """Job ``j``'s update reached the server."""
+        if self.closed:
+            return  # arrived at the very instant the round closed, after it: not accepted
+        self.status[j] = ARRIVED
+        self.t_end[j] = self.env.now
+        self.n_arrived += 1
+        self._resolved()
+
+    def drop(self, j: int) -> None:
+        """Job ``j``'s device failed."""
+        if self.closed:
+            return
+        self.status[j] = DROPPED
+        self.t_end[j] = self.env.now
+        self._resolved()
+
+    def _resolved(self) -> None:
+        self.n_resolved += 1
+        if self.n_arrived >= self.quota or self.n_resolved == self.plan.size:
+            self.closed = True
+            self.done.succeed()
+
+    def close(self, status: int) -> None:
+        """Stop every job still running now, recording it with ``status``."""
+        self.closed = True
+        running = np.flatnonzero(self.status == RUNNING)
+        self.status[running] = status
+        self.t_end[running] = self.env.now
+        for j in running:
+            proc = self.procs[j]
+            if proc.is_alive:
+                proc.interrupt(status)
+
+
+def sync_round(
+    run: RunContext,
+    cohort: NDArray[np.int64],
+    *,
+    quota: int | None = None,
+    deadline: float | None = None,
+    stage: int = 0,
+    speed_epoch: int | None = None,
+    plan: JobPlan | None = None,
+) -> Generator[Any, Any, RoundState]:
+    """Run one synchronous round with ``cohort`` and aggregate what arrives.
+
+    Parameters
+    ----------
+    run
+        The run context.
+    cohort
+        Devices taking part (their jobs start now).
+    quota
+        Close after this many arrivals (default: the whole cohort).
+    deadline
+        Close this many seconds after the start at the latest (default: no deadline).
+    stage
+        Stage index recorded with the round.
+    speed_epoch
+        The stage index fleets with ``redraw="stage"`` key their speed draws by (default:
+        ``stage``).
+    plan
+        The cohort's job plan if the policy already made it with :meth:`RunContext.plan`.
+    """
+    env = run.env
+    r = run.round
+    if plan is None:
+        plan = run.plan(cohort, key=r, stage=stage if speed_epoch is None else speed_epoch)
+    rnd = RoundState(env, plan, plan.size if quota is None else min(quota, plan.size))
+    rnd.procs = run.start_jobs(plan, rnd.arrive, rnd.drop)
+
+    def abandon() -> None:  # the run ends while this round is in flight
+        received = rnd.status == ARRIVED
+        rnd.close(CANCELLED)
+        rnd.status[received] = CANCELLED  # received but never aggregated
+        run.record_jobs(plan, rnd.status, rnd.t_end, round=r, stage=stage)
+
+    run.abandon = abandon
+    if deadline is None:
+        yield rnd.done
+    else:
+        yield rnd.done | env.timeout(deadline)
+    run.abandon = None
+    rnd.close(LATE if not rnd.closed else CANCELLED)
+    status = rnd.status
+    b_down, b_up = run.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
+    accepted = status == ARRIVED
+    row: dict[str, Any] = {
+        "round": r,
+        "stage": stage,
+        "t_start": plan.t_start,
+        "time": env.now,
+        "status": "ok" if accepted.any() else "empty",
+        "n_selected": plan.size,
+        "n_arrived": int(accepted.sum()),
+        "n_dropped": int((status == DROPPED).sum()),
+        "n_late": int((status == LATE).sum()),
+        "n_cancelled": int((status == CANCELLED).sum()),
+        "bytes_down": b_down,
+        "bytes_up": b_up,
+        "staleness_mean": 0.0 if accepted.any() else math.nan,
+    }
+    if accepted.any():
+        state = run.state
+
+        def compute() -> tuple[Any, Any]:
+            updates = run.updates(state, plan.devices, r, accepted)
+            return run.algorithm.aggregate(state, updates, r), updates
+
+        run.apply(row, compute)
+    run.end_aggregation(row)
+    return rnd
+
+
+def sync_server(run: RunContext, policy: SyncPolicy) -> Generator[Any, Any, None]:
+    """The server process of stateless synchronous policies, one round per loop."""
+    while run.stop_reason is None:
+        r = run.round
+        cohort = policy.select(r, run.fleet.size, run.streams)
+        yield from sync_round(
+            run,
+            cohort,
+            quota=policy.quota(cohort.size),
+            deadline=policy.deadline(r),
+            stage=policy.stage(r),
+        )
