@@ -214,6 +214,13 @@ class Fleet:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Fleet is immutable; build a new one (e.g. with Fleet.with_redraw)")
 
+    def __getstate__(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
     # ----------------------------------------------------------------- constructors
     @classmethod
     def homogeneous(

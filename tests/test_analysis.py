@@ -26,3 +26,23 @@ def test_script_runs_quick(script, expect, tmp_path):
     assert expect in done.stdout
     figures = list(tmp_path.glob("*.png"))
     assert len(figures) == 1 and figures[0].stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("script", ["policy_shootout.py", "srpfl_schedule.py"])
+def test_policy_scripts_run_quick(script, tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "analysis" / script),
+            "--quick",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "figure:" in done.stdout
+    assert all(f.stat().st_size > 10_000 for f in tmp_path.glob("*.png"))

@@ -1,0 +1,268 @@
+"""Comparing runs: time-to-target, speedup at equal accuracy, bootstrap confidence intervals.
+
+Everything here is a pure function of :class:`~simfl.results.Results` or of their DataFrames.
+The common currency is a *tidy* frame of rounds from many runs, made by :func:`collect`: one row
+per aggregation with the run's labels (``label``, ``seed`` and any others) as columns, plus a row
+at ``round = -1``, ``time = 0`` holding the initial metrics, so that curves start at time 0.
+
+>>> import simfl
+>>> from simfl import compare
+>>> # frame = compare.collect({"srpfl": srpfl_runs, "wait-all": wait_all_runs})
+>>> # compare.summarize_targets(frame, "distance", below=1e-3)
+>>> # compare.speedup(frame, "distance", below=1e-3, baseline="wait-all")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simfl.results import Results
+
+__all__ = [
+    "bootstrap_ci",
+    "collect",
+    "speedup",
+    "summarize_targets",
+    "targets",
+    "time_to_target",
+]
+
+
+def _rounds_with_start(res: Results) -> pd.DataFrame:
+    rounds = res.rounds
+    initial = res.meta.get("initial_metrics") or {}
+    if not initial:
+        return rounds
+    start: dict[str, Any] = {c: math.nan for c in rounds.columns}
+    start.update(
+        {
+            "round": -1,
+            "stage": 0,
+            "t_start": 0.0,
+            "time": 0.0,
+            "duration": 0.0,
+            "status": "ok",
+            "n_selected": 0,
+            "n_arrived": 0,
+            "n_dropped": 0,
+            "n_late": 0,
+            "n_cancelled": 0,
+            "bytes_down": 0.0,
+            "bytes_up": 0.0,
+            **initial,
+        }
+    )
+    first = pd.DataFrame([start]).astype(rounds.dtypes.to_dict())
+    return pd.concat([first, rounds], ignore_index=True)
+
+
+def collect(
+    runs: Mapping[str, Iterable[Results]] | Iterable[Results], **labels: Any
+) -> pd.DataFrame:
+    """One tidy frame of the rounds of many runs.
+
+    Parameters
+    ----------
+    runs
+        Either ``{label: [Results, ...]}`` (the label goes in a ``label`` column) or an iterable
+        of Results (labelled by their scenario name).
+    **labels
+        Constant columns to add (e.g. ``n_devices=100``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The ``rounds`` rows of every run, preceded by an initial row at ``round=-1``, ``time=0``
+        with the initial metrics, and columns ``label`` and ``seed``.
+    """
+    items: list[tuple[str, Results]]
+    if isinstance(runs, Mapping):
+        items = [(str(k), r) for k, group in runs.items() for r in group]
+    else:
+        items = [(str(r.meta.get("scenario", "run")), r) for r in runs]
+    frames = []
+    for label, res in items:
+        df = _rounds_with_start(res).copy()
+        df.insert(0, "seed", res.meta.get("seed", 0))
+        df.insert(0, "label", label)
+        for k, v in labels.items():
+            df[k] = v
+        frames.append(df)
+    if not frames:
+        raise ValueError("collect needs at least one Results")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _reached(values: pd.Series, below: float | None, above: float | None) -> pd.Series:
+    if (below is None) == (above is None):
+        raise ValueError("give exactly one of below= or above=")
+    return values <= below if below is not None else values >= above
+
+
+def time_to_target(
+    rounds: pd.DataFrame | Results,
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+    column: str = "time",
+) -> float:
+    """Simulated time at which ``metric`` first reaches the target (``inf`` if it never does).
+
+    Only evaluated rounds count. ``column="round"`` gives the number of rounds instead (the
+    initial state counts as round -1, so a target met before training gives -1).
+    """
+    df = _rounds_with_start(rounds) if isinstance(rounds, Results) else rounds
+    if metric not in df.columns:
+        raise ValueError(f"metric {metric!r} is not a column; columns are {list(df.columns)}")
+    hit = _reached(df[metric], below, above).to_numpy()
+    if not hit.any():
+        return math.inf
+    return float(df[column].to_numpy()[int(np.argmax(hit))])
+
+
+def targets(
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+    by: str | list[str] = "label",
+) -> pd.DataFrame:
+    """Time and rounds to target of every run of a tidy frame (one row per group and seed)."""
+    keys = [by] if isinstance(by, str) else list(by)
+    rows = []
+    for key, df in frame.groupby([*keys, "seed"], sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append(
+            {
+                **dict(zip([*keys, "seed"], key, strict=True)),
+                "time_to_target": time_to_target(df, metric, below=below, above=above),
+                "rounds_to_target": time_to_target(
+                    df, metric, below=below, above=above, column="round"
+                )
+                + 1,
+                "final": float(df[metric].dropna().iloc[-1])
+                if df[metric].notna().any()
+                else math.nan,
+                "end_time": float(df["time"].iloc[-1]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def bootstrap_ci(
+    values: np.ndarray,
+    *,
+    stat: str = "mean",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean or median of ``values`` (a NumPy array)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    func = np.mean if stat == "mean" else np.median
+    with np.errstate(invalid="ignore"):
+        stats = func(x[idx], axis=1)
+    # no interpolation: runs that never reach a target give inf, and inf - inf is undefined
+    lo, hi = np.quantile(stats, [(1 - ci) / 2, (1 + ci) / 2], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+def summarize_targets(
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+    by: str | list[str] = "label",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Time-to-target across seeds per group: mean, median and bootstrap CI of the mean.
+
+    Runs that never reach the target have time ``inf``; a group with any such run has an
+    infinite mean (shown honestly rather than averaged over the lucky runs), and ``reached``
+    says how many made it.
+    """
+    per_run = targets(frame, metric, below=below, above=above, by=by)
+    keys = [by] if isinstance(by, str) else list(by)
+    rows = []
+    for key, df in per_run.groupby(keys, sort=False):
+        t = df["time_to_target"].to_numpy()
+        lo, hi = bootstrap_ci(t, ci=ci, n_boot=n_boot, seed=seed)
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "runs": len(t),
+                "reached": int(np.isfinite(t).sum()),
+                "mean_time": float(np.mean(t)),
+                "ci_low": lo,
+                "ci_high": hi,
+                "median_time": float(np.median(t)),
+                "mean_rounds": float(np.mean(df["rounds_to_target"])),
+                "final": float(df["final"].mean()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def speedup(
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    baseline: Any,
+    below: float | None = None,
+    above: float | None = None,
+    by: str = "label",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Speedup of every group over ``baseline`` at equal accuracy: mean time ratio with a CI.
+
+    ``speedup = mean(T_baseline) / mean(T_group)`` over seeds, where ``T`` is the time to
+    target. When both groups ran the same seeds (the same fleets), seeds are resampled in pairs;
+    otherwise independently.
+    """
+    per_run = targets(frame, metric, below=below, above=above, by=by)
+    base = per_run[per_run[by] == baseline].set_index("seed")["time_to_target"]
+    if base.empty:
+        raise ValueError(f"baseline {baseline!r} is not a value of column {by!r}")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for key, df in per_run.groupby(by, sort=False):
+        t = df.set_index("seed")["time_to_target"]
+        ratio = float(base.mean() / t.mean())
+        if set(t.index) == set(base.index):
+            seeds = t.index.to_numpy()
+            idx = rng.integers(0, seeds.size, size=(n_boot, seeds.size))
+            b = base.loc[seeds].to_numpy()[idx].mean(axis=1)
+            a = t.loc[seeds].to_numpy()[idx].mean(axis=1)
+        else:
+            b = base.to_numpy()[rng.integers(0, base.size, (n_boot, base.size))].mean(axis=1)
+            a = t.to_numpy()[rng.integers(0, t.size, (n_boot, t.size))].mean(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo, hi = np.quantile(b / a, [(1 - ci) / 2, (1 + ci) / 2], method="inverted_cdf")
+        rows.append(
+            {
+                by: key,
+                "speedup": ratio,
+                "ci_low": float(lo),
+                "ci_high": float(hi),
+                "mean_time": float(t.mean()),
+                "baseline_time": float(base.mean()),
+            }
+        )
+    return pd.DataFrame(rows)

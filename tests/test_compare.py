@@ -1,0 +1,86 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simfl import Results, compare, policies, run
+from tests.helpers import linear_scenario
+
+
+def fake(times, values, seed=0, name="x", initial=None):
+    rounds = pd.DataFrame({"round": np.arange(len(times)), "time": times, "distance": values})
+    meta = {"seed": seed, "scenario": name, "initial_metrics": initial or {}}
+    return Results(rounds, pd.DataFrame(), meta)
+
+
+def test_time_to_target_by_hand():
+    r = fake([1.0, 2.0, 3.0, 4.0], [0.5, np.nan, 0.09, 0.01])
+    assert compare.time_to_target(r, "distance", below=0.1) == 3.0
+    assert compare.time_to_target(r, "distance", below=0.1, column="round") == 2
+    assert compare.time_to_target(r, "distance", below=1e-3) == math.inf
+    assert compare.time_to_target(r, "distance", above=0.4) == 1.0
+    # a target met by the initial model is met at time 0
+    r0 = fake([1.0], [0.5], initial={"distance": 0.05})
+    assert compare.time_to_target(r0, "distance", below=0.1) == 0.0
+    with pytest.raises(ValueError, match="exactly one"):
+        compare.time_to_target(r, "distance")
+    with pytest.raises(ValueError, match="not a column"):
+        compare.time_to_target(r, "accuracy", above=0.5)
+
+
+def test_collect_targets_and_summary():
+    a = [fake([1, 2, 3], [0.5, 0.2, 0.05], seed=s) for s in range(3)]
+    b = [fake([2, 4, 6], [0.5, 0.2, 0.05], seed=s) for s in range(3)]
+    frame = compare.collect({"a": a, "b": b}, n_devices=10)
+    assert set(frame["label"]) == {"a", "b"} and (frame["n_devices"] == 10).all()
+    per_run = compare.targets(frame, "distance", below=0.1)
+    assert per_run.loc[per_run["label"] == "a", "time_to_target"].tolist() == [3, 3, 3]
+    summary = compare.summarize_targets(frame, "distance", below=0.1)
+    assert summary.set_index("label").loc["b", "mean_time"] == 6.0
+    assert summary.set_index("label").loc["b", "ci_low"] == 6.0  # no spread, no width
+    sp = compare.speedup(frame, "distance", below=0.1, baseline="b").set_index("label")
+    assert sp.loc["a", "speedup"] == 2.0 and sp.loc["b", "speedup"] == 1.0
+    assert sp.loc["a", "ci_low"] == sp.loc["a", "ci_high"] == 2.0
+
+
+def test_runs_that_never_reach_give_inf_not_a_flattering_mean():
+    frame = compare.collect(
+        {"a": [fake([1, 2], [0.5, 0.05], seed=0), fake([1, 2], [0.5, 0.5], seed=1)]}
+    )
+    s = compare.summarize_targets(frame, "distance", below=0.1).iloc[0]
+    assert s["reached"] == 1 and s["mean_time"] == math.inf and s["median_time"] == math.inf
+
+
+def test_bootstrap_ci_covers_the_mean_and_is_reproducible():
+    x = np.random.default_rng(0).exponential(size=200)
+    lo, hi = compare.bootstrap_ci(x)
+    assert lo < x.mean() < hi
+    assert (lo, hi) == compare.bootstrap_ci(x)
+    se = x.std() / np.sqrt(x.size)
+    assert hi - lo == pytest.approx(2 * 1.96 * se, rel=0.2)
+
+
+def test_speedup_on_real_runs_pairs_by_seed():
+    runs = {
+        "wait-all": [
+            run(
+                linear_scenario(rounds=60, seed=s, policy=policies.WaitAll(count=20)),
+                progress=False,
+            )
+            for s in range(3)
+        ],
+        "fastest": [
+            run(
+                linear_scenario(rounds=60, seed=s, policy=policies.FastestK(k=10, overcommit=1.0)),
+                progress=False,
+            )
+            for s in range(3)
+        ],
+    }
+    frame = compare.collect(runs)
+    sp = compare.speedup(frame, "distance", below=1e-3, baseline="wait-all").set_index("label")
+    assert sp.loc["fastest", "speedup"] > 1.5
+    assert (
+        sp.loc["fastest", "ci_low"] <= sp.loc["fastest", "speedup"] <= sp.loc["fastest", "ci_high"]
+    )
