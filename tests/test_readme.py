@@ -19,6 +19,19 @@ def test_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "fedrep" / "rounds.parquet").is_file()
 
 
+def test_comparison_example_runs(tmp_path, monkeypatch):
+    block = re.search(
+        r"### Compare two policies and plot the speedup\n\n```python\n(.*?)```", README, re.S
+    )
+    assert block is not None
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    frame = namespace["frame"]
+    assert set(frame["policy"]) == {"fedrep", "srpfl"} and frame["seed"].nunique() == 5
+    assert (tmp_path / "srpfl_vs_fedrep.png").stat().st_size > 10_000
+
+
 def test_ci_runs_the_two_readme_commands():
     for tag in ("main", "test"):
         line = subprocess.run(

@@ -132,3 +132,13 @@ def test_fleet_stage_redraw_follows_srpfl_stages():
     jobs = run(sc, progress=False).clients
     dev0 = jobs[jobs["device"] == 0]["compute"].to_numpy()
     assert len(set(dev0[:5])) == 1 and len(set(dev0[5:10])) == 1 and dev0[0] != dev0[5]
+
+
+def test_per_device_means_from_a_distribution_as_in_the_srpfl_code():
+    # the code's "random computation time": device i has mean lambda_i ~ U[1, 100]
+    fleet = Fleet.homogeneous(8, dists.Exponential(1.0), scale=dists.Uniform(1.0, 100.0))
+    sc = dataclasses.replace(timing_scenario(n=8, rounds=2000), fleet=fleet)
+    jobs = run(sc, progress=False).clients
+    means = jobs.groupby("device")["compute"].mean().to_numpy()
+    np.testing.assert_allclose(means, fleet.scale, rtol=0.1)
+    assert fleet.scale.min() >= 1.0 and fleet.scale.max() <= 100.0
