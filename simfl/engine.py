@@ -111,23 +111,20 @@ class RunContext:
         self.last_metrics: dict[str, float] = dict(self.initial_metrics)
 
     # ----------------------------------------------------------------- jobs
-    def plan(
-        self, devices: NDArray[np.int64], *, key: int, stage: int, state: Any = None
-    ) -> JobPlan:
+    def plan(self, devices: NDArray[np.int64], *, key: int, stage: int) -> JobPlan:
         """Jobs of ``devices`` starting now, keyed by ``key`` (the round, for synchronous runs).
 
         Nothing starts: policies use this to observe speeds before choosing (the draws are
         keyed, so starting the same jobs later reproduces them exactly).
         """
-        current = self.state if state is None else state
         return plan_jobs(
             self.fleet,
             devices,
             round=key,
             stage=stage,
             t_start=self.env.now,
-            work=self.algorithm.work(current, devices),
-            payload=self.algorithm.payload(current),
+            work=self.algorithm.work(self.state, devices),
+            payload=self.algorithm.payload(self.state),
             streams=self.streams,
         )
 

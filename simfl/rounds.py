@@ -109,7 +109,9 @@ def sync_round(
     run
         The run context.
     cohort
-        Devices taking part (their jobs start now).
+        Devices taking part (their jobs start now). A device listed several times (sampling
+        with replacement) runs one job whose update is repeated that many times for the
+        aggregate.
     quota
         Close after this many arrivals (default: the whole cohort).
     deadline
@@ -124,6 +126,7 @@ def sync_round(
     """
     env = run.env
     r = run.round
+    cohort, repeats = np.unique(cohort, return_counts=True)  # drawn twice: one job, two votes
     if plan is None:
         plan = run.plan(cohort, key=r, stage=stage if speed_epoch is None else speed_epoch)
     rnd = RoundState(env, plan, plan.size if quota is None else min(quota, plan.size))
@@ -165,6 +168,9 @@ def sync_round(
 
         def compute() -> tuple[Any, Any]:
             updates = run.updates(state, plan.devices, r, accepted)
+            if (repeats > 1).any():
+                counts = repeats[accepted]
+                updates = {k: np.repeat(v, counts, axis=0) for k, v in updates.items()}
             return run.algorithm.aggregate(state, updates, r), updates
 
         run.apply(row, compute)
@@ -176,7 +182,7 @@ def sync_server(run: RunContext, policy: SyncPolicy) -> Generator[Any, Any, None
     """The server process of stateless synchronous policies, one round per loop."""
     while run.stop_reason is None:
         r = run.round
-        cohort = policy.select(r, run.fleet.size, run.streams)
+        cohort = policy.select(run)
         yield from sync_round(
             run,
             cohort,

@@ -59,7 +59,7 @@ BAD = [
     (replace(max_time=-5.0), "Scenario.max_time"),
     (replace(seed=-1), "Scenario.seed"),
     (replace(eval_every=0), "Scenario.eval_every"),
-    (replace(task=None), "Scenario.task must be a tasks.LinearRepresentation for FedRep"),
+    (replace(task=None), "Scenario.task must be a linear task"),
     (replace(target=Target("accuracy", above=0.9)), "Scenario.target.metric"),
     (lambda: Target("distance"), "exactly one of below= or above="),
     (replace(fleet="100 phones"), "Scenario.fleet"),

@@ -1,6 +1,7 @@
 """Federated algorithms: the math the engine drives (one module per algorithm family)."""
 
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
 from simfl.algorithms.linear_fedrep import FedRep, FedRepState
 from simfl.algorithms.timing import TimingOnly
@@ -11,6 +12,10 @@ __all__ = [
     "FedAvgState",
     "FedRep",
     "FedRepState",
+    "GDGD",
+    "GDGDState",
+    "LocalOnly",
+    "LocalOnlyState",
     "TimingOnly",
     "Updates",
 ]

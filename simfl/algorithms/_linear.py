@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_choice, check_int
 from simfl.rng import Streams
 from simfl.tasks.base import Task
-from simfl.tasks.linear import LinearRepresentation, LinearRepresentationData
+from simfl.tasks.linear import LinearRepresentationData, LinearTask, ridge_solve
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -18,10 +18,11 @@ _CHUNK = 2048
 
 
 def check_linear_task(owner: str, task: Task | None) -> None:
-    """Raise unless ``task`` is the linear representation task."""
-    if not isinstance(task, LinearRepresentation):
+    """Raise unless ``task`` is a linear task (e.g. the linear representation task)."""
+    if not isinstance(task, LinearTask):
         raise ValueError(
-            f"Scenario.task must be a tasks.LinearRepresentation for {owner}, got {task!r}"
+            f"Scenario.task must be a linear task such as tasks.LinearRepresentation for "
+            f"{owner}, got {task!r}"
         )
 
 
@@ -63,11 +64,10 @@ def initial_representation(
     return np.asarray(eigvecs[:, ::-1][:, : data.k])
 
 
-def solve_heads(x: Array, y: Array, b: Array) -> Array:
+def solve_heads(x: Array, y: Array, b: Array, ridge: float = 0.0) -> Array:
     """Least-squares heads ``argmin_w ||X_i B w - y_i||`` for a batch, shape ``(C, k)``.
 
     Uses the pseudo-inverse, so a client with fewer samples than ``k`` gets the minimum-norm
-    solution instead of an error.
+    solution instead of an error (or a ridge solution with ``ridge > 0``).
     """
-    xb = x @ b  # (C, m, k)
-    return np.asarray((np.linalg.pinv(xb) @ y[:, :, None])[:, :, 0])
+    return ridge_solve(x @ b, y, ridge)

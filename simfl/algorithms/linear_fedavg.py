@@ -9,7 +9,9 @@ Each participating client takes ``local_steps`` full-batch gradient steps of siz
 ``step_size`` on ``f_i(B, w) = (1/2m) ||X_i B w - y_i||^2`` jointly in ``B`` and ``w``, starting
 from the server model; the server averages the accepted ``(B_i, w_i)`` with equal weights (all
 clients hold ``m`` samples). With ``local_steps=1`` this is FedSGD. Evaluation uses the shared
-model for every client (no fine-tuning). Work is ``local_steps`` units per round.
+model for every client (no fine-tuning) by default; ``evaluate_heads="refit"`` instead refits
+each evaluated client's head on its own samples for the learned ``B`` (ridge 1e-5), which is how
+the FedRep paper scores FedSGD in its Figure 1. Work is ``local_steps`` units per round.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_int, check_real
-from simfl.algorithms._linear import check_init, check_linear_task, initial_representation
+from simfl._checks import check_choice, check_int, check_real
+from simfl.algorithms._linear import (
+    check_init,
+    check_linear_task,
+    initial_representation,
+    solve_heads,
+)
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
 from simfl.rng import Streams
@@ -55,12 +62,15 @@ class FedAvg(Algorithm[FedAvgState]):
         ``"random"`` (default: a random orthonormal ``B``) or ``"mom"``; the head starts at 0.
     init_clients
         Clients in the method-of-moments estimate when ``init="mom"`` (``None``: all).
+    evaluate_heads
+        ``"shared"`` (the FedAvg model as is) or ``"refit"`` (each client refits its head).
     """
 
     step_size: float = 0.1
     local_steps: int = 1
     init: str = "random"
     init_clients: int | None = None
+    evaluate_heads: str = "shared"
 
     name: ClassVar[str] = "FedAvg"
 
@@ -68,6 +78,7 @@ class FedAvg(Algorithm[FedAvgState]):
         check_real("FedAvg.step_size", self.step_size, low=0.0, low_open=True)
         check_int("FedAvg.local_steps", self.local_steps, low=1)
         check_init("FedAvg", self.init, self.init_clients)
+        check_choice("FedAvg.evaluate_heads", self.evaluate_heads, ("shared", "refit"))
 
     def check(self, task: Task | None) -> None:  # noqa: D102
         check_linear_task("FedAvg", task)
@@ -122,7 +133,11 @@ class FedAvg(Algorithm[FedAvgState]):
         return FedAvgState(shared["representation"], shared["head"])
 
     def evaluate(self, state: FedAvgState, data: Any) -> dict[str, float]:
-        """Metrics of the shared model, used unchanged by every evaluated client."""
-        heads = np.broadcast_to(state.head, (data.eval_clients.size, state.head.size))
+        """Metrics of the shared model (or of ``B`` with refitted heads, see above)."""
+        if self.evaluate_heads == "refit":
+            x, y = data.fit_batch()
+            heads = solve_heads(x, y, state.representation, 1e-5)
+        else:
+            heads = np.broadcast_to(state.head, (data.eval_clients.size, state.head.size))
         metrics: dict[str, float] = data.evaluate(LinearModel(state.representation, heads))
         return metrics

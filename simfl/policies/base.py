@@ -17,7 +17,15 @@ from simfl.rng import Streams
 if TYPE_CHECKING:
     from simfl.engine import RunContext
 
-__all__ = ["Policy", "SyncPolicy", "check_sampling", "cohort_size", "sample_uniform"]
+__all__ = [
+    "Policy",
+    "SyncPolicy",
+    "check_sampling",
+    "client_sizes",
+    "cohort_size",
+    "sample_uniform",
+    "sample_weighted",
+]
 
 
 class Policy(ABC):
@@ -50,8 +58,12 @@ class SyncPolicy(Policy):
     """
 
     @abstractmethod
-    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:
-        """The devices of this round's cohort, sorted ascending."""
+    def select(self, run: RunContext) -> NDArray[np.int64]:
+        """The devices of this round's cohort (``run.round``), sorted ascending.
+
+        A device may appear more than once (sampling with replacement): it runs one job, and
+        its update counts once per appearance in the aggregate.
+        """
 
     def quota(self, n_selected: int) -> int:
         """Arrivals after which the round closes (default: all of the cohort)."""
@@ -97,3 +109,30 @@ def sample_uniform(round: int, n_devices: int, size: int, streams: Streams) -> N
         return np.arange(n_devices, dtype=np.int64)
     pick = streams.generator("select", round).choice(n_devices, size=size, replace=False)
     return np.sort(pick).astype(np.int64)
+
+
+def sample_weighted(
+    round: int, weights: NDArray[np.float64], size: int, replace: bool, streams: Streams
+) -> NDArray[np.int64]:
+    """``size`` devices drawn with probabilities proportional to ``weights``, sorted.
+
+    With ``replace`` a device can be drawn several times (FedMAvg's sampling in proportion to
+    data size); without, ``size`` distinct devices are drawn.
+    """
+    p = np.asarray(weights, dtype=np.float64)
+    p = p / p.sum()
+    pick = streams.generator("select/weighted", round).choice(
+        p.size, size=size, replace=replace, p=p
+    )
+    return np.sort(pick).astype(np.int64)
+
+
+def client_sizes(run: RunContext, owner: str) -> NDArray[np.float64]:
+    """Samples held by each client of the run's task, for size-weighted sampling."""
+    sizes = getattr(run.data, "client_sizes", None)
+    if sizes is None:
+        raise ValueError(
+            f"{owner}.weights='size' needs a task whose data report client_sizes(); "
+            f"{type(run.scenario.task).__name__} does not"
+        )
+    return np.asarray(sizes(), dtype=np.float64)

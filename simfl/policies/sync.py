@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_int, check_real
-from simfl.policies.base import SyncPolicy, check_sampling, cohort_size, sample_uniform
-from simfl.rng import Streams
+from simfl._checks import check_choice, check_int, check_real
+from simfl.policies.base import (
+    SyncPolicy,
+    check_sampling,
+    client_sizes,
+    cohort_size,
+    sample_uniform,
+    sample_weighted,
+)
+
+if TYPE_CHECKING:
+    from simfl.engine import RunContext
 
 __all__ = ["Deadline", "FastestK", "WaitAll"]
 
 
 @dataclass(frozen=True)
 class WaitAll(SyncPolicy):
-    """Sample a cohort uniformly and wait for every job to arrive or drop.
+    """Sample a cohort and wait for every job to arrive or drop.
 
     Parameters
     ----------
@@ -28,22 +37,45 @@ class WaitAll(SyncPolicy):
     count
         Cohort size as a number of devices (instead of ``fraction``). With neither, the whole
         fleet takes part every round.
+    weights
+        ``None``: uniform sampling. ``"size"``: probability proportional to each client's number
+        of samples (the task's ``client_sizes()``), as FedMAvg samples.
+    replace
+        Sample with replacement (only with ``weights``): a client drawn twice runs one job and
+        its update counts twice in the average.
     """
 
     fraction: float | None = None
     count: int | None = None
+    weights: str | None = None
+    replace: bool = False
 
     name: ClassVar[str] = "wait-all"
 
     def __post_init__(self) -> None:
         check_sampling("WaitAll", self.fraction, self.count)
+        if self.weights is not None:
+            check_choice("WaitAll.weights", self.weights, ("size",))
+        if not isinstance(self.replace, bool):
+            raise ValueError(f"WaitAll.replace must be True or False, got {self.replace!r}")
+        if self.replace and self.weights is None:
+            raise ValueError("WaitAll.replace=True needs WaitAll.weights='size'")
 
     def check(self, n_devices: int) -> None:  # noqa: D102
-        cohort_size("WaitAll", self.fraction, self.count, n_devices)
+        if not self.replace:
+            cohort_size("WaitAll", self.fraction, self.count, n_devices)
 
-    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
-        size = cohort_size("WaitAll", self.fraction, self.count, n_devices)
-        return sample_uniform(round, n_devices, size, streams)
+    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
+        n = run.fleet.size
+        if self.replace and self.count is not None:
+            size = self.count
+        else:
+            size = cohort_size("WaitAll", self.fraction, self.count, n)
+        if self.weights is None:
+            return sample_uniform(run.round, n, size, run.streams)
+        return sample_weighted(
+            run.round, client_sizes(run, "WaitAll"), size, self.replace, run.streams
+        )
 
 
 @dataclass(frozen=True)
@@ -74,9 +106,9 @@ class Deadline(SyncPolicy):
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("Deadline", self.fraction, self.count, n_devices)
 
-    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
-        size = cohort_size("Deadline", self.fraction, self.count, n_devices)
-        return sample_uniform(round, n_devices, size, streams)
+    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
+        size = cohort_size("Deadline", self.fraction, self.count, run.fleet.size)
+        return sample_uniform(run.round, run.fleet.size, size, run.streams)
 
     def deadline(self, round: int) -> float:  # noqa: D102
         return self.seconds
@@ -120,8 +152,8 @@ class FastestK(SyncPolicy):
                 f"the fleet size {n_devices} (k={self.k}, overcommit={self.overcommit})"
             )
 
-    def select(self, round: int, n_devices: int, streams: Streams) -> NDArray[np.int64]:  # noqa: D102
-        return sample_uniform(round, n_devices, self.started, streams)
+    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
+        return sample_uniform(run.round, run.fleet.size, self.started, run.streams)
 
     def quota(self, n_selected: int) -> int:  # noqa: D102
         return min(self.k, n_selected)

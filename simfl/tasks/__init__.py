@@ -5,13 +5,17 @@ from simfl.tasks.linear import (
     LinearModel,
     LinearRepresentation,
     LinearRepresentationData,
+    LinearTask,
     principal_angle_distance,
+    ridge_solve,
 )
 
 __all__ = [
     "LinearModel",
     "LinearRepresentation",
     "LinearRepresentationData",
+    "LinearTask",
     "Task",
     "principal_angle_distance",
+    "ridge_solve",
 ]

@@ -41,7 +41,9 @@ __all__ = [
     "LinearModel",
     "LinearRepresentation",
     "LinearRepresentationData",
+    "LinearTask",
     "principal_angle_distance",
+    "ridge_solve",
 ]
 
 Array = NDArray[np.float64]
@@ -62,14 +64,41 @@ def principal_angle_distance(b: Array, b_star: Array) -> float:
 
 @dataclass(frozen=True)
 class LinearModel:
-    """A shared representation and one head per evaluated client (personalised linear models)."""
+    """Personalised linear models: a shared representation and one head per evaluated client.
 
-    representation: Array  # (d, k)
-    heads: Array  # (n_eval, k), row j belongs to the j-th evaluated client
+    With ``representation=None`` the heads are whole d-dimensional models (Local-only).
+    """
+
+    representation: Array | None  # (d, k)
+    heads: Array  # (n_eval, k), or (n_eval, d) without a representation
+
+
+def ridge_solve(x: Array, y: Array, ridge: float = 0.0) -> Array:
+    """Batched least squares ``argmin_w ||X_i w - y_i||^2 + ridge ||w||^2``, shape ``(C, p)``.
+
+    ``ridge=0`` uses the pseudo-inverse (minimum-norm solution when under-determined).
+    """
+    if ridge == 0.0:
+        return np.asarray((np.linalg.pinv(x) @ y[:, :, None])[:, :, 0])
+    xt = x.transpose(0, 2, 1)
+    gram = xt @ x + ridge * np.eye(x.shape[2])
+    return np.asarray(np.linalg.solve(gram, xt @ y[:, :, None])[:, :, 0])
+
+
+class LinearTask(Task):
+    """Tasks whose clients fit linear models ``y = w^T B^T x`` (or ``y = u^T x``).
+
+    Their bound data offer what the linear algorithms (FedRep, FedAvg, GD-GD, Local-only, ...)
+    use, as :class:`LinearRepresentationData` does: ``d``, ``k``, ``n_clients``,
+    ``samples_per_client``, ``fresh_samples``, ``eval_clients``, ``client_sizes()``,
+    ``train_batch(clients, round)``,
+    ``init_batch(clients)``, ``fit_batch()``, ``test_batch()`` and ``evaluate(model)`` for a
+    :class:`LinearModel`.
+    """
 
 
 @dataclass(frozen=True)
-class LinearRepresentation(Task):
+class LinearRepresentation(LinearTask):
     """Linear regression with a shared low-dimensional representation and per-client heads.
 
     Parameters
@@ -166,6 +195,15 @@ class LinearRepresentationData:
         """Samples per client per round."""
         return self.spec.samples_per_client
 
+    @property
+    def fresh_samples(self) -> bool:
+        """Whether clients draw new samples every round."""
+        return self.spec.fresh_samples
+
+    def client_sizes(self) -> NDArray[np.float64]:
+        """Samples each client uses per round (all equal here)."""
+        return np.full(self.n_clients, float(self.samples_per_client))
+
     def heads(self, clients: IntArray) -> Array:
         """True heads ``w_i*`` of ``clients``, shape ``(len(clients), k)``."""
         g = self.streams.normal("task/head", clients[:, None], np.arange(self.k)[None, :])
@@ -225,12 +263,55 @@ class LinearRepresentationData:
         return self._test
 
     def evaluate(self, model: LinearModel) -> dict[str, float]:
-        """``distance`` to ``B*`` and mean per-client ``test_mse`` of a personalised model."""
+        """``distance`` to ``B*`` (if the model has a representation) and mean ``test_mse``."""
         x, y = self.test_batch()
-        theta = model.heads @ model.representation.T  # (E, d)
+        if model.representation is None:
+            theta = model.heads  # (E, d)
+        else:
+            theta = model.heads @ model.representation.T  # (E, d)
         pred = (x @ theta[:, :, None])[:, :, 0]
-        mse = np.mean((pred - y) ** 2, axis=1)
-        return {
-            "distance": principal_angle_distance(model.representation, self.b_star),
-            "test_mse": float(np.mean(mse)),
-        }
+        metrics = {"test_mse": float(np.mean(np.mean((pred - y) ** 2, axis=1)))}
+        if model.representation is not None:
+            metrics["distance"] = principal_angle_distance(model.representation, self.b_star)
+        return metrics
+
+    def new_client_mse(
+        self,
+        representation: Array | None,
+        m_new: int,
+        *,
+        n_new: int = 100,
+        test_points: int = 50,
+        ridge: float = 1e-5,
+    ) -> float:
+        """Mean test MSE of ``n_new`` clients that never trained (FedRep Fig. 4).
+
+        Each new client has a head ``w* ~ N(0, I_k)`` on ``B*`` and ``m_new`` noisy samples; it
+        fits only a k-dim head on ``representation`` by ridge least squares (or, with
+        ``representation=None``, a whole d-dim model, as Local-only does), and is scored on
+        ``test_points`` clean points.
+        """
+        check_int("new_client_mse m_new", m_new, low=1)
+        ids = np.arange(n_new)
+        k, d = self.k, self.d
+        heads = self.streams.normal("newclient/head", ids[:, None], np.arange(k)[None, :])
+        theta = heads @ self.b_star.T  # (n_new, d)
+
+        def batch(purpose: str, m: int, noise: bool) -> tuple[Array, Array]:
+            x = self.streams.normal(
+                purpose + "/x", ids[:, None, None], np.arange(m * d).reshape(1, m, d)
+            )
+            y = (x @ theta[:, :, None])[:, :, 0]
+            if noise and self.spec.noise_std > 0:
+                z = self.streams.normal(purpose + "/z", ids[:, None], np.arange(m)[None, :])
+                y = y + self.spec.noise_std * z
+            return x, y
+
+        x, y = batch("newclient/train", m_new, True)
+        xt, yt = batch("newclient/test", test_points, False)
+        if representation is None:
+            fitted = ridge_solve(x, y, ridge)
+        else:
+            fitted = ridge_solve(x @ representation, y, ridge) @ representation.T
+        pred = (xt @ fitted[:, :, None])[:, :, 0]
+        return float(np.mean((pred - yt) ** 2))
