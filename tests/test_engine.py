@@ -197,3 +197,26 @@ def test_scenario_repr_and_replace():
     sc = timing_scenario()
     assert isinstance(dataclasses.replace(sc, seed=3), Scenario)
     assert "TimingOnly" in repr(sc)
+
+
+def test_size_weighted_sampling_with_replacement_repeats_updates():
+    ledger = Ledger()
+    sc = dataclasses.replace(
+        linear_scenario(n=20, rounds=6, policy=policies.WaitAll(count=30, weights="size",
+                                                                replace=True)),
+        algorithm=ledger,
+    )
+    res = run(sc, progress=False)
+    for r, jobs in res.clients.groupby("round"):
+        votes = [c for rr, c in ledger.aggregated if rr == r]
+        assert len(votes) == 30  # one vote per draw
+        assert set(votes) == set(jobs["device"]) and len(jobs) == jobs["device"].nunique() < 30
+    assert (res.rounds["n_selected"] < 30).all()
+
+
+def test_size_weighted_sampling_needs_client_sizes():
+    sc = timing_scenario(n=10, rounds=2, policy=policies.WaitAll(count=3, weights="size"))
+    with pytest.raises(ValueError, match="client_sizes"):
+        run(sc, progress=False, on_error="raise")
+    with pytest.raises(ValueError, match="WaitAll.replace=True needs"):
+        policies.WaitAll(count=3, replace=True)
