@@ -108,7 +108,6 @@ class RunContext:
         self.initial_metrics: dict[str, float] = (
             self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
         )
-        self.last_metrics: dict[str, float] = dict(self.initial_metrics)
 
     # ----------------------------------------------------------------- jobs
     def plan(self, devices: NDArray[np.int64], *, key: int, stage: int) -> JobPlan:
@@ -144,14 +143,8 @@ class RunContext:
         round: int | NDArray[np.int64],
         stage: int,
         staleness: NDArray[np.float64] | None = None,
-        rows: NDArray[np.int64] | None = None,
     ) -> tuple[float, float]:
-        """Append the rows of the jobs of ``plan`` (or of its ``rows``); return bytes moved."""
-        if rows is not None:
-            plan = plan.take(rows)
-            status, t_end = status[rows], t_end[rows]
-            if staleness is not None:
-                staleness = staleness[rows]
+        """Append the rows of the jobs of ``plan``; return the bytes they moved down and up."""
         n = plan.size
         down, comp, up = time_split(plan, t_end)
         b_down, b_up = bytes_moved(plan, self.fleet, down, up)
@@ -256,7 +249,6 @@ class RunContext:
             self.stop("error")
             return
         self.recorder.set_metrics(metrics)
-        self.last_metrics = dict(metrics)
         if not all(math.isfinite(v) for v in metrics.values()):
             self.stop("diverged")
         target = self.scenario.target

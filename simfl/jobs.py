@@ -74,21 +74,6 @@ class JobPlan:
         """Start time of job ``j``."""
         return float(np.broadcast_to(self.t_start, self.devices.shape)[j])
 
-    def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> JobPlan:
-        """The plan of a subset of the jobs."""
-        return JobPlan(
-            self.devices[rows],
-            self.t_start if np.ndim(self.t_start) == 0 else np.asarray(self.t_start)[rows],
-            self.download[rows],
-            self.compute[rows],
-            self.upload[rows],
-            self.fail_after[rows],
-            self.work[rows],
-            self.size_down[rows],
-            self.size_up[rows],
-            self.progress[rows],
-        )
-
 
 def concat_plans(plans: list[JobPlan]) -> JobPlan:
     """One plan holding the jobs of several (each keeps its own start time)."""
