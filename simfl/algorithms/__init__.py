@@ -1,6 +1,7 @@
 """Federated algorithms: the math the engine drives (one module per algorithm family)."""
 
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.lg_interpolation import LGInterpolation, LGInterpolationState
 from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
 from simfl.algorithms.linear_fedrep import FedRep, FedRepState
@@ -14,6 +15,8 @@ __all__ = [
     "FedRepState",
     "GDGD",
     "GDGDState",
+    "LGInterpolation",
+    "LGInterpolationState",
     "LocalOnly",
     "LocalOnlyState",
     "TimingOnly",

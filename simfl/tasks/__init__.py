@@ -1,6 +1,7 @@
 """Learning problems: data generation or loading, partitioning, models and metrics."""
 
 from simfl.tasks.base import Task
+from simfl.tasks.lg_synthetic import LGSynthetic, LGSyntheticData, expected_test_mse, paper_error
 from simfl.tasks.linear import (
     LinearModel,
     LinearRepresentation,
@@ -11,11 +12,15 @@ from simfl.tasks.linear import (
 )
 
 __all__ = [
+    "LGSynthetic",
+    "LGSyntheticData",
     "LinearModel",
     "LinearRepresentation",
     "LinearRepresentationData",
     "LinearTask",
     "Task",
+    "expected_test_mse",
+    "paper_error",
     "principal_angle_distance",
     "ridge_solve",
 ]

@@ -18,7 +18,8 @@ class Task(ABC):
     task lives on device ``i`` of the fleet.
     """
 
-    #: Names of the metrics the bound task's ``evaluate`` returns, in column order.
+    #: Names of the metrics the bound task's ``evaluate`` returns, in column order. A task whose
+    #: metrics depend on its parameters may define this as a property instead.
     metrics: ClassVar[tuple[str, ...]] = ()
     #: For each metric, whether smaller (``"min"``) or larger (``"max"``) is better.
     goals: ClassVar[dict[str, str]] = {}
