@@ -1,6 +1,7 @@
 """Federated algorithms: the math the engine drives (one module per algorithm family)."""
 
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.feddar import FedDAR, FedDARState
 from simfl.algorithms.lg_interpolation import LGInterpolation, LGInterpolationState
 from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
@@ -9,6 +10,8 @@ from simfl.algorithms.timing import TimingOnly
 
 __all__ = [
     "Algorithm",
+    "FedDAR",
+    "FedDARState",
     "FedAvg",
     "FedAvgState",
     "FedRep",

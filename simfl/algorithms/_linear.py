@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_choice, check_int
 from simfl.rng import Streams
 from simfl.tasks.base import Task
-from simfl.tasks.linear import LinearRepresentationData, LinearTask, ridge_solve
+from simfl.tasks.linear import LinearTask, ridge_solve
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -34,7 +36,7 @@ def check_init(owner: str, init: str, init_clients: int | None) -> None:
 
 
 def initial_representation(
-    init: str, init_clients: int | None, data: LinearRepresentationData, streams: Streams
+    init: str, init_clients: int | None, data: Any, streams: Streams
 ) -> Array:
     """A d x k orthonormal starting representation.
 

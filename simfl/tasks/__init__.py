@@ -1,6 +1,7 @@
 """Learning problems: data generation or loading, partitioning, models and metrics."""
 
 from simfl.tasks.base import Task
+from simfl.tasks.domain_mixture import DomainMixture, DomainMixtureData, DomainModel
 from simfl.tasks.lg_synthetic import LGSynthetic, LGSyntheticData, expected_test_mse, paper_error
 from simfl.tasks.linear import (
     LinearModel,
@@ -12,6 +13,9 @@ from simfl.tasks.linear import (
 )
 
 __all__ = [
+    "DomainMixture",
+    "DomainMixtureData",
+    "DomainModel",
     "LGSynthetic",
     "LGSyntheticData",
     "LinearModel",
