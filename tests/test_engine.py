@@ -202,8 +202,9 @@ def test_scenario_repr_and_replace():
 def test_size_weighted_sampling_with_replacement_repeats_updates():
     ledger = Ledger()
     sc = dataclasses.replace(
-        linear_scenario(n=20, rounds=6, policy=policies.WaitAll(count=30, weights="size",
-                                                                replace=True)),
+        linear_scenario(
+            n=20, rounds=6, policy=policies.WaitAll(count=30, weights="size", replace=True)
+        ),
         algorithm=ledger,
     )
     res = run(sc, progress=False)
@@ -218,5 +219,5 @@ def test_size_weighted_sampling_needs_client_sizes():
     sc = timing_scenario(n=10, rounds=2, policy=policies.WaitAll(count=3, weights="size"))
     with pytest.raises(ValueError, match="client_sizes"):
         run(sc, progress=False, on_error="raise")
-    with pytest.raises(ValueError, match="WaitAll.replace=True needs"):
+    with pytest.raises(ValueError, match=r"WaitAll\.replace=True needs"):
         policies.WaitAll(count=3, replace=True)

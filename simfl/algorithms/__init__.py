@@ -2,6 +2,7 @@
 
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.algorithms.feddar import FedDAR, FedDARState
+from simfl.algorithms.fedmavg import FedMAvg, FedMAvgState
 from simfl.algorithms.lg_interpolation import LGInterpolation, LGInterpolationState
 from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
@@ -12,6 +13,8 @@ __all__ = [
     "Algorithm",
     "FedDAR",
     "FedDARState",
+    "FedMAvg",
+    "FedMAvgState",
     "FedAvg",
     "FedAvgState",
     "FedRep",

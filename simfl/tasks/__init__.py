@@ -11,6 +11,8 @@ from simfl.tasks.linear import (
     principal_angle_distance,
     ridge_solve,
 )
+from simfl.tasks.matrix import MatrixData, MatrixTask, SyntheticClustering
+from simfl.tasks.movielens import MovieLens
 
 __all__ = [
     "DomainMixture",
@@ -22,6 +24,10 @@ __all__ = [
     "LinearRepresentation",
     "LinearRepresentationData",
     "LinearTask",
+    "MatrixData",
+    "MatrixTask",
+    "MovieLens",
+    "SyntheticClustering",
     "Task",
     "expected_test_mse",
     "paper_error",
