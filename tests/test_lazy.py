@@ -3,6 +3,7 @@ gives exactly the results of computing everything and throwing the discarded wor
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -41,3 +42,28 @@ def test_lazy_computes_only_accepted_updates():
     assert len(lazy_alg.computed) == len(arrived) < len(lazy.clients)
     assert len(eager_alg.computed) == len(lazy.clients)
     assert lazy_alg.aggregated == eager_alg.aggregated
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        algorithms.FedRep(),
+        algorithms.FedAvg(local_steps=3),
+        algorithms.GDGD(head_steps=4),
+        algorithms.LocalOnly(),
+    ],
+    ids=lambda a: a.name,
+)
+def test_a_clients_update_does_not_depend_on_its_batch(algorithm):
+    from simfl import Streams
+
+    sc = linear_scenario(algorithm, rounds=1)
+    streams = Streams(0)
+    data = sc.task.build(sc.fleet.size, streams)
+    state = algorithm.initial_state(data, streams)
+    everyone = np.arange(40, dtype=np.int64)
+    some = np.array([3, 17, 31], dtype=np.int64)
+    full = algorithm.local_updates(state, data, everyone, 5, streams)
+    part = algorithm.local_updates(state, data, some, 5, streams)
+    for name, value in part.items():
+        np.testing.assert_array_equal(full[name][some], value)  # bit for bit
