@@ -29,43 +29,17 @@ from tqdm.auto import tqdm
 
 from simfl._checks import check_choice
 from simfl.algorithms.base import Updates
+from simfl.availability import AvailabilityCursor
+from simfl.device_jobs import DeviceRuntime, fast_job
+from simfl.flows import FlowNetwork
 from simfl.jobs import ARRIVED, JobPlan, bytes_moved, plan_jobs, time_split
 from simfl.results import Recorder, Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario
 
-__all__ = ["RunContext", "device_job", "run"]
+__all__ = ["RunContext", "run"]
 
 Callback = Callable[[int], None]
-
-
-def _busy(env: simpy.Environment, seconds: float, fail_at: float) -> Generator[Any, Any, bool]:
-    """Spend ``seconds`` busy; return False if the device fails first."""
-    if env.now + seconds > fail_at:
-        yield env.timeout(max(fail_at - env.now, 0.0))
-        return False
-    yield env.timeout(seconds)
-    return True
-
-
-def device_job(
-    env: simpy.Environment, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback
-) -> Generator[Any, Any, None]:
-    """The ``j``-th job of ``plan``: download, compute, upload; then report to the server.
-
-    A failure (drawn when the job starts, see :mod:`simfl.jobs`) ends it as dropped. The server
-    may interrupt it at any time (a round closing, the run ending); it then records the job.
-    """
-    fail_at = plan.start(j) + float(plan.fail_after[j])
-    try:
-        for stage in (plan.download, plan.compute, plan.upload):
-            if not (yield from _busy(env, float(stage[j]), fail_at)):
-                on_drop(j)
-                return
-            plan.progress[j] += 1
-    except simpy.Interrupt:
-        return  # stopped by the server, which records the job
-    on_arrive(j)
 
 
 class RunContext:
@@ -102,6 +76,24 @@ class RunContext:
             dynamic_ncols=True,
             leave=True,
         )
+        fleet = scenario.fleet
+        #: availability queries (None: every device always online)
+        self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
+        self.network: FlowNetwork | None = None
+        self.links: tuple[Any, Any, Any] | None = None
+        path_latency = None
+        if scenario.network is not None:
+            topology = scenario.network.build(
+                fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency
+            )
+            self.network = FlowNetwork(self.env, topology)
+            self.links = topology.device_links()
+            path_latency = topology.path_latency
+        self.devices: DeviceRuntime | None = None
+        if self.cursor is not None or self.network is not None:
+            self.devices = DeviceRuntime(
+                self.env, self.cursor, fleet.offline, self.network, path_latency
+            )
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)
         #: Metrics of the initial state (before round 0), kept in ``Results.meta``.
@@ -125,14 +117,37 @@ class RunContext:
             work=self.algorithm.work(self.state, devices),
             payload=self.algorithm.payload(self.state),
             streams=self.streams,
+            links=self.links,
         )
+
+    def online(self) -> NDArray[np.int64]:
+        """The devices online now, sorted (all of them without an availability)."""
+        if self.cursor is None:
+            return np.arange(self.fleet.size, dtype=np.int64)
+        return np.flatnonzero(self.cursor.online(self.env.now)).astype(np.int64)
+
+    def wait_online(self) -> Generator[Any, Any, None]:
+        """Wait until some device is online (stop the run if none ever will be)."""
+        while self.cursor is not None:
+            t = self.cursor.next_online(self.env.now)
+            if t <= self.env.now:
+                return
+            if math.isinf(t):
+                self.stop("offline")
+                return
+            yield self.env.timeout(t - self.env.now)
 
     def start_jobs(
         self, plan: JobPlan, on_arrive: Callback, on_drop: Callback
     ) -> list[simpy.Process]:
         """Start the SimPy process of every job of ``plan``."""
         env = self.env
-        return [env.process(device_job(env, plan, j, on_arrive, on_drop)) for j in range(plan.size)]
+        if self.devices is None:
+            return [
+                env.process(fast_job(env, plan, j, on_arrive, on_drop)) for j in range(plan.size)
+            ]
+        devices = self.devices
+        return [env.process(devices.process(plan, j, on_arrive, on_drop)) for j in range(plan.size)]
 
     def record_jobs(
         self,
@@ -146,8 +161,10 @@ class RunContext:
     ) -> tuple[float, float]:
         """Append the rows of the jobs of ``plan``; return the bytes they moved down and up."""
         n = plan.size
+        if self.devices is not None:
+            self.devices.finalize(plan)  # flows of jobs stopped without running their process
         down, comp, up = time_split(plan, t_end)
-        b_down, b_up = bytes_moved(plan, self.fleet, down, up)
+        b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
         if staleness is None:
             staleness = np.where(status == ARRIVED, 0.0, np.nan)
         self.recorder.add_jobs(
@@ -236,6 +253,11 @@ class RunContext:
         if due and self.metrics and row["status"] in ("ok", "empty"):
             self._evaluate()
         self.bar.update(1)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop rule has fired (the server should not start another round)."""
+        return self.stop_reason is not None
 
     def stop(self, reason: str) -> None:
         """Ask the run to stop after the current aggregation (the first reason wins)."""

@@ -11,6 +11,11 @@ A device is described by
 
 ``redraw`` says how often a device's speed is drawn: once for the whole run (``"run"``), once
 per stage of a stage-based policy such as SRPFL (``"stage"``), or every round (``"round"``).
+
+A fleet may carry an :class:`~simfl.availability.Availability` (when each device is online)
+and an ``offline`` mode saying whether a job whose device goes offline is aborted (``"abort"``,
+recorded ``dropped``) or paused until the device is back (``"pause"``); see
+:meth:`Fleet.with_availability`.
 Draws are keyed by the device index (see :mod:`simfl.rng`), so appending devices never changes
 the draws of the devices already there.
 """
@@ -26,12 +31,14 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import check_array, check_choice, check_int, check_real
+from simfl.availability import Availability
 from simfl.dists import Dist
 from simfl.rng import Streams
 
-__all__ = ["REDRAW_MODES", "Fleet", "Profile"]
+__all__ = ["OFFLINE_MODES", "REDRAW_MODES", "Fleet", "Profile"]
 
 REDRAW_MODES = ("round", "stage", "run")
+OFFLINE_MODES = ("abort", "pause")
 #: The per-device numeric columns of a fleet besides its group.
 _DEVICE_COLUMNS = ("scale", "bandwidth_down", "bandwidth_up", "latency", "dropout_rate")
 
@@ -111,6 +118,7 @@ class Fleet:
     """
 
     __slots__ = (
+        "availability",
         "bandwidth_down",
         "bandwidth_up",
         "dists",
@@ -118,6 +126,7 @@ class Fleet:
         "group",
         "group_names",
         "latency",
+        "offline",
         "redraw",
         "scale",
         "seed",
@@ -133,6 +142,8 @@ class Fleet:
     redraw: str
     group_names: tuple[str, ...]
     seed: int
+    availability: Availability | None
+    offline: str
 
     def __init__(
         self,
@@ -147,6 +158,8 @@ class Fleet:
         redraw: str = "round",
         group_names: Sequence[str] | None = None,
         seed: int = 0,
+        availability: Availability | None = None,
+        offline: str = "abort",
     ) -> None:
         dists = tuple(compute)
         if not dists:
@@ -210,6 +223,17 @@ class Fleet:
         set_(self, "redraw", check_choice("Fleet.redraw", redraw, REDRAW_MODES))
         set_(self, "group_names", names)
         set_(self, "seed", seed)
+        if availability is not None:
+            if not isinstance(availability, Availability):
+                raise ValueError(
+                    f"Fleet.availability must be a simfl Availability, got {availability!r}"
+                )
+            if availability.size != n:
+                raise ValueError(
+                    f"Fleet.availability must cover every device ({n}), got {availability.size}"
+                )
+        set_(self, "availability", availability)
+        set_(self, "offline", check_choice("Fleet.offline", offline, OFFLINE_MODES))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Fleet is immutable; build a new one (e.g. with Fleet.with_redraw)")
@@ -309,14 +333,19 @@ class Fleet:
     def _from_profiles(
         cls, profiles: Sequence[Profile], group: NDArray[np.int64], *, redraw: str, seed: int
     ) -> Fleet:
-        col = {f: np.array([getattr(p, f) for p in profiles])[group] for f in _DEVICE_COLUMNS[1:]}
+        def column(name: str) -> NDArray[np.float64]:
+            return np.array([getattr(p, name) for p in profiles])[group]
+
         return cls(
             [p.compute for p in profiles],
             group,
+            bandwidth_down=column("bandwidth_down"),
+            bandwidth_up=column("bandwidth_up"),
+            latency=column("latency"),
+            dropout_rate=column("dropout_rate"),
             redraw=redraw,
             group_names=[p.name or f"g{i}" for i, p in enumerate(profiles)],
             seed=seed,
-            **col,
         )
 
     # ----------------------------------------------------------------- derived fleets
@@ -324,13 +353,27 @@ class Fleet:
         """The same devices with another speed re-draw mode."""
         return self._replace(redraw=redraw)
 
+    def with_availability(self, availability: Availability | None, offline: str = "abort") -> Fleet:
+        """The same devices online only within ``availability``'s intervals.
+
+        ``offline="abort"`` ends a job whose device goes offline (recorded ``dropped``);
+        ``"pause"`` suspends it until the device is back (its failure clock suspended too).
+        """
+        return self._replace(availability=availability, offline=offline)
+
     def with_scale(self, scale: ArrayLike | Dist, seed: int | None = None) -> Fleet:
         """The same devices with new compute-time multipliers (array, number or distribution)."""
         return self._replace(scale=scale, seed=self.seed if seed is None else seed)
 
     def _replace(self, **changes: object) -> Fleet:
         kw: dict[str, object] = {c: getattr(self, c) for c in _DEVICE_COLUMNS}
-        kw.update(redraw=self.redraw, group_names=self.group_names, seed=self.seed)
+        kw.update(
+            redraw=self.redraw,
+            group_names=self.group_names,
+            seed=self.seed,
+            availability=self.availability,
+            offline=self.offline,
+        )
         kw.update(changes)
         return Fleet(self.dists, self.group, **kw)  # type: ignore[arg-type]
 
@@ -346,12 +389,24 @@ class Fleet:
         columns = {
             c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _DEVICE_COLUMNS
         }
+        if other.offline != self.offline:
+            raise ValueError(
+                f"Fleet.offline differs between the fleets being joined ({self.offline!r} and "
+                f"{other.offline!r})"
+            )
+        availability = None
+        if self.availability is not None or other.availability is not None:
+            availability = (self.availability or Availability.always(self.size)) + (
+                other.availability or Availability.always(other.size)
+            )
         return Fleet(
             self.dists + other.dists,
             np.concatenate([self.group, other.group + len(self.dists)]),
             redraw=self.redraw,
             group_names=self.group_names + other.group_names,
             seed=self.seed,
+            availability=availability,
+            offline=self.offline,
             **columns,
         )
 
@@ -408,4 +463,9 @@ class Fleet:
             f"{self.group_names[i]}: {int((self.group == i).sum())} x {d!r}"
             for i, d in enumerate(self.dists)
         )
-        return f"Fleet({self.size} devices; {groups}; redraw={self.redraw!r})"
+        extra = (
+            ""
+            if self.availability is None
+            else f"; {self.availability!r}, offline={self.offline!r}"
+        )
+        return f"Fleet({self.size} devices; {groups}; redraw={self.redraw!r}{extra})"

@@ -46,7 +46,15 @@ Array = NDArray[np.float64]
 
 @dataclass(frozen=True)
 class JobPlan:
-    """The planned jobs of one cohort (arrays aligned with ``devices``)."""
+    """The jobs of one cohort (arrays aligned with ``devices``).
+
+    The planned part (durations on uncontended links, the failure clock, work and payload) is
+    fixed when the jobs start. The record part is kept up to date by the job processes:
+    ``progress`` (stages completed, 0: downloading ... 3: uploaded), ``spent`` (busy seconds per
+    stage so far), ``active_since`` (start of the current busy spell; NaN while paused or once
+    ended) and ``moved`` (bytes delivered by an interrupted transfer; NaN: derive it from the
+    time spent on a private link).
+    """
 
     devices: NDArray[np.int64]
     t_start: float | Array  # one start for a cohort, or one per job
@@ -57,8 +65,10 @@ class JobPlan:
     work: Array
     size_down: Array  # bytes each job downloads
     size_up: Array  # bytes each job uploads
-    #: Stages each job has completed (0: downloading ... 3: uploaded), kept by its process.
     progress: NDArray[np.int8]
+    spent: Array  # (n, 3)
+    active_since: Array
+    moved: Array  # (n, 2)
 
     @property
     def size(self) -> int:
@@ -67,7 +77,7 @@ class JobPlan:
 
     @property
     def duration(self) -> Array:
-        """Planned seconds from start to arrival of each job (ignoring dropouts)."""
+        """Planned seconds from start to arrival of each job (uncontended, no dropouts)."""
         return self.download + self.compute + self.upload
 
     def start(self, j: int) -> float:
@@ -80,18 +90,22 @@ def concat_plans(plans: list[JobPlan]) -> JobPlan:
     starts = [
         np.broadcast_to(np.asarray(p.t_start, dtype=np.float64), p.devices.shape) for p in plans
     ]
-    return JobPlan(
-        np.concatenate([p.devices for p in plans]),
-        np.concatenate(starts),
-        np.concatenate([p.download for p in plans]),
-        np.concatenate([p.compute for p in plans]),
-        np.concatenate([p.upload for p in plans]),
-        np.concatenate([p.fail_after for p in plans]),
-        np.concatenate([p.work for p in plans]),
-        np.concatenate([p.size_down for p in plans]),
-        np.concatenate([p.size_up for p in plans]),
-        np.concatenate([p.progress for p in plans]),
+    fields = (
+        "devices",
+        "download",
+        "compute",
+        "upload",
+        "fail_after",
+        "work",
+        "size_down",
+        "size_up",
+        "progress",
+        "spent",
+        "active_since",
+        "moved",
     )
+    cat = {f: np.concatenate([getattr(p, f) for p in plans]) for f in fields}
+    return JobPlan(t_start=np.concatenate(starts), **cat)
 
 
 def plan_jobs(
@@ -104,12 +118,25 @@ def plan_jobs(
     work: Array,
     payload: Payload,
     streams: Streams,
+    links: tuple[Array, Array, Array] | None = None,
 ) -> JobPlan:
-    """Plan the jobs of ``devices`` starting at ``t_start`` in ``round``."""
+    """Plan the jobs of ``devices`` starting at ``t_start`` in ``round``.
+
+    ``links`` (latency, downward and upward bottleneck bandwidth of each device's path) replaces
+    the fleet's private links when the scenario has a network; transfers may then take longer
+    than planned when links are shared.
+    """
     compute = work * fleet.compute_draws(devices, round=round, stage=stage, streams=streams)
-    latency = fleet.latency[devices]
-    download = transfer_seconds(payload.down, fleet.bandwidth_down[devices], latency)
-    upload = transfer_seconds(payload.up, fleet.bandwidth_up[devices], latency)
+    if links is None:
+        latency, bw_down, bw_up = (
+            fleet.latency[devices],
+            fleet.bandwidth_down[devices],
+            fleet.bandwidth_up[devices],
+        )
+    else:
+        latency, bw_down, bw_up = (a[devices] for a in links)
+    download = transfer_seconds(payload.down, bw_down, latency)
+    upload = transfer_seconds(payload.up, bw_up, latency)
     rate = fleet.dropout_rate[devices]
     u = streams.uniform("dropout", devices, round)
     with np.errstate(divide="ignore"):
@@ -125,41 +152,50 @@ def plan_jobs(
         work,
         np.full(n, float(payload.down)),
         np.full(n, float(payload.up)),
-        np.zeros(n, dtype=np.int8),
+        progress=np.zeros(n, dtype=np.int8),
+        spent=np.zeros((n, 3)),
+        active_since=np.broadcast_to(np.asarray(t_start, dtype=np.float64), (n,)).copy(),
+        moved=np.full((n, 2), np.nan),
     )
 
 
 def time_split(plan: JobPlan, t_end: Array) -> tuple[Array, Array, Array]:
-    """Seconds each job actually spent downloading, computing and uploading.
+    """Busy seconds each job spent downloading, computing and uploading.
 
-    Completed stages count in full, the stage in progress at ``t_end`` counts up to ``t_end``.
+    Completed stages count in full; a stage still in progress at ``t_end`` (a job stopped by
+    the server or by the end of the run) counts up to ``t_end``. Paused time is not counted.
     """
-    spent = t_end - plan.t_start
-    p = plan.progress
-    d, c, u = plan.download, plan.compute, plan.upload
-    zero = np.zeros_like(spent)
-    down = np.where(p >= 1, d, np.minimum(spent, d))
-    comp = np.where(p >= 2, c, np.where(p == 1, np.clip(spent - d, 0.0, c), zero))
-    up = np.where(p >= 3, u, np.where(p == 2, np.clip(spent - d - c, 0.0, u), zero))
-    return down, comp, up
+    spent = plan.spent.copy()
+    open_ = np.isfinite(plan.active_since) & (plan.progress < 3)
+    rows = np.flatnonzero(open_)
+    spent[rows, plan.progress[rows]] += t_end[rows] - plan.active_since[rows]
+    return spent[:, 0], spent[:, 1], spent[:, 2]
 
 
-def bytes_moved(plan: JobPlan, fleet: Fleet, down_s: Array, up_s: Array) -> tuple[Array, Array]:
+def bytes_moved(
+    plan: JobPlan,
+    fleet: Fleet,
+    down_s: Array,
+    up_s: Array,
+    links: tuple[Array, Array, Array] | None = None,
+) -> tuple[Array, Array]:
     """Bytes each job moved: all of a completed transfer, the share of one in progress."""
-    latency = fleet.latency[plan.devices]
+    d = plan.devices
+    if links is None:
+        latency, bw_down, bw_up = fleet.latency[d], fleet.bandwidth_down[d], fleet.bandwidth_up[d]
+    else:
+        latency, bw_down, bw_up = (a[d] for a in links)
     p = plan.progress
-    down = np.where(
-        p >= 1,
-        plan.size_down,
-        bytes_delivered(down_s, plan.size_down, fleet.bandwidth_down[plan.devices], latency),
+    part_down = np.where(
+        np.isnan(plan.moved[:, 0]),
+        bytes_delivered(down_s, plan.size_down, bw_down, latency),
+        plan.moved[:, 0],
     )
-    up = np.where(
-        p >= 3,
-        plan.size_up,
-        np.where(
-            p == 2,
-            bytes_delivered(up_s, plan.size_up, fleet.bandwidth_up[plan.devices], latency),
-            0.0,
-        ),
+    part_up = np.where(
+        np.isnan(plan.moved[:, 1]),
+        bytes_delivered(up_s, plan.size_up, bw_up, latency),
+        plan.moved[:, 1],
     )
+    down = np.where(p >= 1, plan.size_down, part_down)
+    up = np.where(p >= 3, plan.size_up, np.where(p == 2, part_up, 0.0))
     return down, up

@@ -181,6 +181,9 @@ def sync_round(
 def sync_server(run: RunContext, policy: SyncPolicy) -> Generator[Any, Any, None]:
     """The server process of stateless synchronous policies, one round per loop."""
     while run.stop_reason is None:
+        yield from run.wait_online()
+        if run.stopped:
+            break
         r = run.round
         cohort = policy.select(run)
         yield from sync_round(

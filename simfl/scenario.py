@@ -20,6 +20,7 @@ from simfl.algorithms.base import Algorithm
 from simfl.fleet import Fleet
 from simfl.policies.base import Policy
 from simfl.tasks.base import Task
+from simfl.topology import Network
 
 __all__ = ["Scenario", "Target"]
 
@@ -85,6 +86,9 @@ class Scenario:
         Seed of every random stream of the run (>= 0).
     name
         Label used in summaries and output directories.
+    network
+        How devices reach the server (:class:`~simfl.topology.Network`: shared links, edge
+        servers); ``None``: every device has a private link given by the fleet's columns.
     """
 
     task: Task | None
@@ -97,6 +101,7 @@ class Scenario:
     eval_every: int = 1
     seed: int = 0
     name: str = "scenario"
+    network: Network | None = None
 
     def __post_init__(self) -> None:
         if self.task is not None and not isinstance(self.task, Task):
@@ -135,6 +140,12 @@ class Scenario:
         check_int("Scenario.seed", self.seed, low=0, high=2**63 - 1)
         if not isinstance(self.name, str):
             raise ValueError(f"Scenario.name must be a string, got {self.name!r}")
+        if self.network is not None:
+            if not isinstance(self.network, Network):
+                raise ValueError(
+                    f"Scenario.network must be a simfl Network or None, got {self.network!r}"
+                )
+            self.network.check(self.fleet.size)
         self.policy.check(self.fleet.size)
         self.algorithm.check(self.task)
         self.policy.check_algorithm(self.algorithm)

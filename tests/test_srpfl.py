@@ -69,7 +69,7 @@ def test_pool_per_round_picks_that_rounds_fastest():
     for r, jobs in res.clients.groupby("round"):
         from simfl.policies.base import sample_uniform
 
-        pool = sample_uniform(r, 40, 20, Streams(sc.seed))
+        pool = sample_uniform(r, np.arange(40), 20, Streams(sc.seed))
         t = sc.fleet.compute_draws(pool, round=r, stage=r // 10, streams=Streams(sc.seed))
         m = 5 if r < 10 else 10
         assert set(jobs["device"]) == set(pool[np.argsort(t)[:m]])

@@ -78,7 +78,10 @@ class AdaptiveDeadline(Policy):
         history: deque[np.ndarray] = deque(maxlen=self.window)
         deadline = self.initial
         while run.stop_reason is None:
-            cohort = sample_uniform(run.round, run.fleet.size, size, run.streams)
+            yield from run.wait_online()
+            if run.stopped:
+                break
+            cohort = sample_uniform(run.round, run.online(), size, run.streams)
             rnd = yield from sync_round(run, cohort, deadline=deadline)
             seen = np.where(rnd.status == ARRIVED, rnd.t_end - rnd.plan.t_start, np.inf)
             history.append(seen[(rnd.status == ARRIVED) | (rnd.status == LATE)])

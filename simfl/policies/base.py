@@ -103,28 +103,40 @@ def check_sampling(owner: str, fraction: float | None, count: int | None) -> Non
         check_int(f"{owner}.count", count, low=1)
 
 
-def sample_uniform(round: int, n_devices: int, size: int, streams: Streams) -> NDArray[np.int64]:
-    """``size`` distinct devices drawn uniformly for ``round``, sorted ascending."""
-    if size >= n_devices:
-        return np.arange(n_devices, dtype=np.int64)
-    pick = streams.generator("select", round).choice(n_devices, size=size, replace=False)
-    return np.sort(pick).astype(np.int64)
+def sample_uniform(
+    round: int, population: NDArray[np.int64], size: int, streams: Streams
+) -> NDArray[np.int64]:
+    """``size`` distinct devices of ``population`` (sorted ids) drawn uniformly, sorted.
+
+    All of them if ``size`` is not smaller than the population (e.g. when few are online).
+    """
+    if size >= population.size:
+        return population
+    pick = streams.generator("select", round).choice(population.size, size=size, replace=False)
+    return np.sort(population[pick]).astype(np.int64)
 
 
 def sample_weighted(
-    round: int, weights: NDArray[np.float64], size: int, replace: bool, streams: Streams
+    round: int,
+    population: NDArray[np.int64],
+    weights: NDArray[np.float64],
+    size: int,
+    replace: bool,
+    streams: Streams,
 ) -> NDArray[np.int64]:
-    """``size`` devices drawn with probabilities proportional to ``weights``, sorted.
+    """``size`` devices of ``population`` drawn in proportion to their ``weights``, sorted.
 
-    With ``replace`` a device can be drawn several times (FedMAvg's sampling in proportion to
-    data size); without, ``size`` distinct devices are drawn.
+    ``weights`` has one entry per device of the fleet. With ``replace`` a device can be drawn
+    several times (FedMAvg's sampling in proportion to data size); without, at most ``size``
+    distinct devices are drawn.
     """
-    p = np.asarray(weights, dtype=np.float64)
+    p = np.asarray(weights, dtype=np.float64)[population]
     p = p / p.sum()
-    pick = streams.generator("select/weighted", round).choice(
-        p.size, size=size, replace=replace, p=p
-    )
-    return np.sort(pick).astype(np.int64)
+    if not replace:
+        size = min(size, population.size)
+    rng = streams.generator("select/weighted", round)
+    pick = rng.choice(p.size, size=size, replace=replace, p=p)
+    return np.sort(population[pick]).astype(np.int64)
 
 
 def client_sizes(run: RunContext, owner: str) -> NDArray[np.float64]:

@@ -174,11 +174,18 @@ class SRPFL(Policy):
         history: list[float] = []
         cohort: NDArray[np.int64] | None = None
         while run.stop_reason is None:
+            yield from run.wait_online()
+            if run.stopped:
+                break
             m = self.participants(level, n_pool)
             if self.resample == "round" or cohort is None:
                 key = run.round if self.resample == "round" else epoch
-                pool = sample_uniform(key, run.fleet.size, n_pool, run.streams)
+                pool = sample_uniform(key, run.online(), n_pool, run.streams)
                 cohort = self.fastest(run, pool, m, epoch)
+            elif run.cursor is not None:  # participants that went offline sit the round out
+                online = cohort[np.isin(cohort, run.online())]
+                if online.size:
+                    cohort = online
             yield from sync_round(run, cohort, stage=level, speed_epoch=epoch)
             in_stage += 1
             metric = "train_loss" if self.stage_rule is None else self.stage_rule.metric

@@ -36,7 +36,8 @@ class WaitAll(SyncPolicy):
         ``max(floor(fraction * n), 1)`` devices (as in the FedRep code).
     count
         Cohort size as a number of devices (instead of ``fraction``). With neither, the whole
-        fleet takes part every round.
+        fleet takes part every round. Only online devices can be drawn; when fewer are online
+        the cohort is all of them.
     weights
         ``None``: uniform sampling. ``"size"``: probability proportional to each client's number
         of samples (the task's ``client_sizes()``), as FedMAvg samples.
@@ -71,10 +72,11 @@ class WaitAll(SyncPolicy):
             size = self.count
         else:
             size = cohort_size("WaitAll", self.fraction, self.count, n)
+        online = run.online()
         if self.weights is None:
-            return sample_uniform(run.round, n, size, run.streams)
+            return sample_uniform(run.round, online, size, run.streams)
         return sample_weighted(
-            run.round, client_sizes(run, "WaitAll"), size, self.replace, run.streams
+            run.round, online, client_sizes(run, "WaitAll"), size, self.replace, run.streams
         )
 
 
@@ -108,7 +110,7 @@ class Deadline(SyncPolicy):
 
     def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
         size = cohort_size("Deadline", self.fraction, self.count, run.fleet.size)
-        return sample_uniform(run.round, run.fleet.size, size, run.streams)
+        return sample_uniform(run.round, run.online(), size, run.streams)
 
     def deadline(self, round: int) -> float:  # noqa: D102
         return self.seconds
@@ -153,7 +155,7 @@ class FastestK(SyncPolicy):
             )
 
     def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
-        return sample_uniform(run.round, run.fleet.size, self.started, run.streams)
+        return sample_uniform(run.round, run.online(), self.started, run.streams)
 
     def quota(self, n_selected: int) -> int:  # noqa: D102
         return min(self.k, n_selected)
