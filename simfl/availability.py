@@ -326,6 +326,8 @@ class AvailabilityCursor:
     def _advance(self, devices: NDArray[np.int64] | slice, t: float) -> NDArray[np.int64]:
         av, ptr = self.av, self.ptr
         p = ptr[devices]
+        if av.ends.size == 0:
+            return np.asarray(p, dtype=np.int64)
         hi = av.offsets[1:][devices]
         while True:
             move = (p < hi) & (av.ends[np.minimum(p, av.ends.size - 1)] <= t)
@@ -359,6 +361,17 @@ class AvailabilityCursor:
         if start <= t:
             return True, end, t
         return False, t, start
+
+    def next_arrival(self, t: float) -> float:
+        """The earliest time after ``t`` at which a device that is offline at ``t`` comes on."""
+        av = self.av
+        p = self._advance(slice(None), t)
+        valid = p < av.offsets[1:]
+        if not valid.any():
+            return math.inf
+        starts = av.starts[np.minimum(p, av.starts.size - 1)][valid]
+        later = starts[starts > t]
+        return float(later.min()) if later.size else math.inf
 
     def next_online(self, t: float) -> float:
         """The earliest time at or after ``t`` at which some device is online."""

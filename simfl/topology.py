@@ -251,7 +251,6 @@ def _bind(graph: nx.Graph[Any], n: int) -> Topology:
     down: list[float] = []
     up: list[float] = []
     latency: list[float] = []
-    parent_of: dict[Any, Any] = {}
 
     def link(child: Any) -> int:
         parent = pred[child]
@@ -283,7 +282,6 @@ def _bind(graph: nx.Graph[Any], n: int) -> Topology:
         chain: list[int] = []
         while node != SERVER:
             chain.append(link(node))
-            parent_of.setdefault(node, pred[node])
             node = pred[node]
         chain.reverse()  # server -> device
         paths.append(np.asarray(chain, dtype=np.int64))

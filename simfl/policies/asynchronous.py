@@ -27,6 +27,7 @@ run ends are recorded ``cancelled``; updates staler than ``max_staleness`` are d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -207,28 +208,44 @@ class _AsyncServer:
         self.started_since = 0
         self.last_time = 0.0
         self.drops_in_row = 0
+        self.wake_at = math.nan
 
     @property
     def version(self) -> int:
         return self.run.round
 
     # ----------------------------------------------------------------- jobs
-    def pick(self) -> int:
-        """A device drawn uniformly among the idle ones (keyed rejection sampling)."""
+    def pick(self) -> int | None:
+        """A device drawn uniformly among the idle online ones (``None`` if there is none)."""
         n = self.busy.size
+        cursor = self.run.cursor
+        if cursor is None:
+            if self.busy.all():
+                return None
+        else:
+            free = cursor.online(self.env.now) & ~self.busy
+            if not free.any():
+                return None
+            if free.sum() < n // 8:  # few candidates: draw among them directly
+                idle = np.flatnonzero(free)
+                u = float(self.run.streams.uniform("async/select", self.n_started, 0))
+                return int(idle[min(int(u * idle.size), idle.size - 1)])
         attempt = 0
-        while True:
+        while True:  # keyed rejection sampling: O(1) draws while most devices are free
             u = float(self.run.streams.uniform("async/select", self.n_started, attempt))
             device = min(int(u * n), n - 1)
-            if not self.busy[device]:
+            if not self.busy[device] and (cursor is None or cursor.window(device, self.env.now)[0]):
                 return device
             attempt += 1
 
     def launch(self) -> None:
-        """Start jobs until ``concurrency`` are in flight."""
+        """Start jobs until ``concurrency`` are in flight (or no idle device is online)."""
         run = self.run
         while len(self.in_flight) < self.policy.concurrency:
             device = self.pick()
+            if device is None:
+                self.wake_when_online()
+                return
             self.busy[device] = True
             key = int(self.job_index[device])
             self.job_index[device] += 1
@@ -246,6 +263,25 @@ class _AsyncServer:
             self.in_flight[id(job)] = job
             self.n_started += 1
             self.started_since += 1
+
+    def wake_when_online(self) -> None:
+        """Come back to :meth:`launch` when an offline device comes online."""
+        cursor = self.run.cursor
+        if cursor is None:
+            return
+        at = cursor.next_arrival(self.env.now)
+        if math.isinf(at) or at == self.wake_at:
+            if math.isinf(at) and not self.in_flight:
+                self.run.stop("offline")
+                self.inbox.put(("wake", None))
+            return
+        self.wake_at = at
+
+        def wake() -> Any:
+            yield self.env.timeout(at - self.env.now)
+            self.inbox.put(("wake", None))
+
+        self.env.process(wake())
 
     def release(self, job: _Job) -> None:
         """Forget the snapshot of ``job``'s version once nothing refers to it."""
@@ -333,6 +369,10 @@ class _AsyncServer:
         self.launch()
         while run.stop_reason is None:
             kind, job = yield self.inbox.get()
+            if kind == "wake":
+                if run.stop_reason is None:
+                    self.launch()
+                continue
             del self.in_flight[id(job)]
             self.busy[job.device] = False
             job.t_end = self.env.now

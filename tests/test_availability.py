@@ -1,0 +1,227 @@
+"""Device availability: generators, the run-time cursor, and jobs that abort or pause."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfl import Fleet, Scenario, algorithms, dists, policies, run
+from simfl.availability import Availability, AvailabilityCursor
+from tests.helpers import linear_scenario
+
+
+def timing(n, compute, availability, offline="abort", rounds=50, policy=None, **kw):
+    fleet = Fleet.homogeneous(n, compute=compute, **kw).with_availability(availability, offline)
+    return Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(),
+        fleet=fleet,
+        policy=policy or policies.WaitAll(),
+        rounds=rounds,
+    )
+
+
+def test_intervals_are_cleaned_and_queried():
+    av = Availability([[(5, 6), (0, 2), (1, 3)], [], [(0, math.inf)]])
+    s, e = av.intervals(0)
+    assert s.tolist() == [0, 5] and e.tolist() == [3, 6]  # merged, sorted
+    assert av.is_on(0, 2.5) and not av.is_on(0, 3.0) and not av.is_on(1, 0.0)
+    assert av.on_fraction(0, 6) == pytest.approx((4 + 0 + 6) / 18)
+    both = av.intersect(Availability([[(2, 5.5)], [(0, 1)], [(1, 2)]]))
+    assert both.intervals(0)[0].tolist() == [2, 5] and both.intervals(0)[1].tolist() == [3, 5.5]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.floats(0, 50), st.floats(0.01, 10)), max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(st.floats(0, 70), min_size=1, max_size=20),
+)
+def test_cursor_agrees_with_brute_force(rows, times):
+    av = Availability([[(s, s + d) for s, d in row] for row in rows])
+    cursor = AvailabilityCursor(av)
+    for t in sorted(times):
+        online = cursor.online(t)
+        for d in range(av.size):
+            assert online[d] == av.is_on(d, t)
+            on, off, nxt = cursor.window(d, t)
+            assert on == av.is_on(d, t)
+            if on:
+                assert not av.is_on(d, off) and off > t
+            elif math.isfinite(nxt):
+                assert av.is_on(d, nxt) and nxt > t
+
+
+def test_exponential_on_fraction():
+    a, b = 3.0, 1.0
+    av = Availability.exponential(400, mean_on=a, mean_off=b, horizon=500.0, seed=1)
+    assert av.on_fraction(0.0, 500.0) == pytest.approx(a / (a + b), abs=0.01)
+    assert av.on_fraction(0.0, 5.0) == pytest.approx(a / (a + b), abs=0.03)  # stationary start
+
+
+@pytest.mark.parametrize("length", [0.5, 2.0])
+def test_abort_on_off_job_survives_exp_minus_l_over_a(length):
+    a, b = 2.0, 1.0
+    av = Availability.exponential(60, mean_on=a, mean_off=b, horizon=4000.0, seed=3)
+    res = run(timing(60, dists.Constant(length), av, rounds=1500), progress=False)
+    jobs = res.clients
+    assert set(jobs["status"]) <= {"arrived", "dropped"}
+    assert (jobs["status"] == "arrived").mean() == pytest.approx(math.exp(-length / a), rel=0.03)
+    # a job only starts on an online device
+    for d, t in zip(jobs["device"][:500], jobs["t_start"][:500], strict=True):
+        assert av.is_on(int(d), float(t))
+
+
+TRACE = Availability(
+    [[(0.0, 3.0), (5.0, 6.0), (9.0, 30.0)], [(0.0, 1.5), (2.0, 30.0)], [(0.0, 30.0)]]
+)
+
+
+def test_replaying_a_trace_aborts_jobs_exactly_when_devices_go_offline():
+    res = run(timing(3, dists.Constant(2.5), TRACE, rounds=4), progress=False)
+    jobs = res.clients
+    dropped = jobs[jobs["status"] == "dropped"]
+    for _, job in dropped.iterrows():
+        starts, ends = TRACE.intervals(int(job["device"]))
+        assert job["t_end"] in ends  # ended at the end of its on-interval
+        i = np.searchsorted(starts, job["t_start"], side="right") - 1
+        assert ends[i] == job["t_end"]
+    # round 0: device 1 goes off at 1.5, device 0 finishes at 2.5 < 3.0
+    r0 = jobs[jobs["round"] == 0].set_index("device")
+    assert r0.loc[1, "status"] == "dropped" and r0.loc[1, "t_end"] == 1.5
+    assert r0.loc[0, "status"] == "arrived" and r0.loc[0, "t_end"] == 2.5
+
+
+def test_replaying_a_trace_pauses_jobs_through_every_off_interval():
+    res = run(timing(3, dists.Constant(2.5), TRACE, offline="pause", rounds=4), progress=False)
+    jobs = res.clients
+    assert (jobs["status"] == "arrived").all()
+    for _, job in jobs.iterrows():
+        starts, ends = TRACE.intervals(int(job["device"]))
+        # time away = the off gaps between its on-intervals inside [t_start, t_end)
+        gaps = [
+            (e, s)
+            for e, s in zip(ends[:-1], starts[1:], strict=True)
+            if job["t_start"] <= e and s <= job["t_end"]
+        ]
+        away = sum(s - e for e, s in gaps)
+        assert job["t_end"] - job["t_start"] == pytest.approx(2.5 + away, abs=1e-12)
+        assert job["compute"] == 2.5  # busy time only
+    r0 = jobs[jobs["round"] == 0].set_index("device")
+    assert r0.loc[0, "t_end"] == 2.5 and r0.loc[1, "t_end"] == pytest.approx(3.0)
+
+
+def test_selection_waits_for_devices_to_come_online():
+    av = Availability([[(10.0, 20.0)], [(12.0, 20.0)]])
+    res = run(timing(2, dists.Constant(1.0), av, rounds=3), progress=False)
+    assert res.rounds["t_start"].iloc[0] == 10.0
+    assert res.clients[res.clients["round"] == 0]["device"].tolist() == [0]
+    assert res.clients[res.clients["round"] == 2]["device"].tolist() == [0, 1]
+    none_left = run(timing(2, dists.Constant(4.0), av, rounds=10), progress=False)
+    assert none_left.meta["stop_reason"] == "offline"
+
+
+def test_pause_also_pauses_the_failure_clock():
+    # online for 0.6 s, then offline until t=100; the job needs 0.8 busy seconds. Pick the
+    # hazard so the device fails after 0.7 busy seconds: 0.6 before the pause, 0.1 after it.
+    from simfl.rng import Streams
+
+    u = float(Streams(0).uniform("dropout", 0, 0))
+    rate = -math.log(u) / 0.7
+    av = Availability([[(0.0, 0.6), (100.0, math.inf)]])
+    fleet = Fleet.homogeneous(1, dists.Constant(0.8), dropout_rate=rate)
+    sc = Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(),
+        policy=policies.WaitAll(),
+        fleet=fleet.with_availability(av, "pause"),
+        rounds=1,
+        seed=0,
+    )
+    job = run(sc, progress=False).clients.iloc[0]
+    assert job["status"] == "dropped"
+    assert job["t_end"] == pytest.approx(100.1, abs=1e-9)
+    assert job["compute"] == pytest.approx(0.7, abs=1e-9)  # busy seconds only
+
+
+def test_diurnal_on_probability_follows_the_cycle():
+    period = 100.0
+    av = Availability.diurnal(
+        300, mean_on=1.0, low=0.2, high=0.8, period=period, horizon=10 * period, seed=2
+    )
+    assert av.on_fraction(0, 10 * period) == pytest.approx(0.5, abs=0.04)
+    # device by device: on more often near its peak than near its trough
+    from simfl.rng import Streams
+
+    ph = period * Streams(2).uniform("avail/diurnal/phase", np.arange(300))
+    peak, trough = [], []
+    for d in range(300):
+        for k in range(2, 9):
+            peak.append(av.is_on(d, ph[d] + k * period))
+            trough.append(av.is_on(d, ph[d] + k * period + period / 2))
+    assert np.mean(peak) == pytest.approx(0.8, abs=0.05)
+    assert np.mean(trough) == pytest.approx(0.2, abs=0.05)
+
+
+def test_churn_and_correlated_groups():
+    ch = Availability.churn(50, lifetime=dists.Exponential(10.0), join_window=5.0, seed=4)
+    for d in range(50):
+        s, e = ch.intervals(d)
+        assert s.size == 1 and 0 <= s[0] <= 5.0 and e[0] > s[0]
+    groups = Availability([[(0.0, 10.0)], [(5.0, 20.0)]])
+    corr = Availability.correlated(np.array([0, 0, 1]), groups)
+    assert corr.is_on(0, 1.0) and corr.is_on(1, 1.0) and not corr.is_on(2, 1.0)
+    assert not corr.is_on(0, 12.0) and corr.is_on(2, 12.0)
+    base = Availability([[(0, 3)], [(0, 100)], [(0, 100)]])
+    both = Availability.correlated(np.array([0, 0, 1]), groups, base)
+    assert not both.is_on(0, 4.0) and both.is_on(1, 4.0)
+
+
+def test_training_under_availability_and_a_network_is_deterministic():
+    from simfl.topology import Network
+
+    av = Availability.exponential(100, mean_on=20.0, mean_off=5.0, horizon=5000.0, seed=7)
+    sc = linear_scenario(
+        rounds=30, policy=policies.WaitAll(fraction=0.2), latency=0.01, bandwidth_up=2e3
+    )
+    sc = dataclasses.replace(
+        sc, fleet=sc.fleet.with_availability(av, "pause"), network=Network.star(server_up=4e3)
+    )
+    a, b = run(sc, progress=False), run(sc, progress=False)
+    assert a.rounds.equals(b.rounds) and a.clients.equals(b.clients)
+    assert a.rounds["distance"].iloc[-1] < 0.05
+    eager = run(sc, progress=False, lazy=False)
+    assert eager.rounds.equals(a.rounds) and eager.clients.equals(a.clients)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Availability([]), "at least one device"),
+        (lambda: Availability([[(-1.0, 2.0)]]), "starts >= 0"),
+        (lambda: Availability([[(3.0, 2.0)]]), "ends before"),
+        (lambda: Availability.exponential(5, mean_on=0.0, mean_off=1.0, horizon=1.0), "mean_on"),
+        (lambda: Availability.diurnal(5, mean_on=1.0, low=0.5, high=0.2, horizon=1.0), "high"),
+        (
+            lambda: Fleet.homogeneous(3, dists.Constant(1.0)).with_availability(
+                Availability.always(2)
+            ),
+            "Fleet.availability",
+        ),
+        (
+            lambda: Fleet.homogeneous(3, dists.Constant(1.0)).with_availability(
+                Availability.always(3), "wait"
+            ),
+            "Fleet.offline",
+        ),
+    ],
+)
+def test_invalid(build, field):
+    with pytest.raises(ValueError, match=field):
+        build()
