@@ -154,18 +154,25 @@ class DeviceRuntime:
             yield from self._wait_online(plan, j, self._window(device)[2])
 
     def _transfer(
-        self, plan: JobPlan, j: int, s: int, clock: list[float]
+        self, plan: JobPlan, j: int, s: int, clock: list[float], local: bool
     ) -> Generator[Any, Any, bool]:
-        """Move the stage's bytes over the shared network (after the path's latency)."""
+        """Move the stage's bytes over the shared network (after the path's latency).
+
+        ``local``: only over the device's access link (to or from its edge server).
+        """
         env, net = self.env, self.network
         assert net is not None and self.path_latency is not None
         device = int(plan.devices[j])
-        latency = float(self.path_latency[device])
+        if local:
+            access = int(net.topology.paths[device][-1])
+            latency = float(net.topology.latency[access])
+        else:
+            latency = float(self.path_latency[device])
         size = float(plan.size_down[j] if s == 0 else plan.size_up[j])
         if not (yield from self._timed(plan, j, s, latency, clock)):
             plan.moved[j, s // 2] = 0.0
             return False
-        flow = net.start(device, "down" if s == 0 else "up", size)
+        flow = net.start(device, "down" if s == 0 else "up", size, local=local)
         key = (id(plan), j)
         self.live[key] = flow  # an interrupted job's flow is stopped by finalize()
         while not self._finished(flow):
@@ -194,15 +201,15 @@ class DeviceRuntime:
         return True
 
     def process(
-        self, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback
+        self, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback, local: bool = False
     ) -> Generator[Any, Any, None]:
-        """The ``j``-th job of ``plan``: download, compute, upload."""
+        """The ``j``-th job of ``plan``: download, compute, upload (``local``: to its edge)."""
         # busy seconds used so far, and the busy seconds after which the device fails
         clock = [0.0, float(plan.fail_after[j])]
         try:
             for s in range(3):
                 if s != 1 and self.network is not None:
-                    ok = yield from self._transfer(plan, j, s, clock)
+                    ok = yield from self._transfer(plan, j, s, clock, local)
                 else:
                     stage = (plan.download, plan.compute, plan.upload)[s]
                     ok = yield from self._timed(plan, j, s, float(stage[j]), clock)

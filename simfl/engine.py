@@ -138,10 +138,21 @@ class RunContext:
             yield self.env.timeout(t - self.env.now)
 
     def start_jobs(
-        self, plan: JobPlan, on_arrive: Callback, on_drop: Callback
+        self, plan: JobPlan, on_arrive: Callback, on_drop: Callback, *, local: bool = False
     ) -> list[simpy.Process]:
-        """Start the SimPy process of every job of ``plan``."""
+        """Start the SimPy process of every job of ``plan``.
+
+        ``local``: transfers go only as far as each device's edge server (needs a network).
+        """
         env = self.env
+        if local:
+            if self.devices is None or self.network is None:
+                raise ValueError("edge-local jobs need a Scenario.network")
+            devices = self.devices
+            return [
+                env.process(devices.process(plan, j, on_arrive, on_drop, True))
+                for j in range(plan.size)
+            ]
         if self.devices is None:
             return [
                 env.process(fast_job(env, plan, j, on_arrive, on_drop)) for j in range(plan.size)

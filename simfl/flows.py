@@ -121,16 +121,38 @@ class FlowNetwork:
         path = self.topology.paths[device]
         return 2 * path + (1 if direction == "up" else 0)
 
-    def start(self, device: int, direction: str, size: float) -> Flow:
-        """Start moving ``size`` bytes now; ``flow.done`` succeeds when they have arrived."""
-        flow = Flow(self.env, self.resources(device, direction), size)
+    def local_resources(self, device: int, direction: str) -> NDArray[np.int64]:
+        """Resource of ``device``'s access link only (its last hop), in ``direction``."""
+        return self.resources(device, direction)[-1:]
+
+    def upper_resources(self, device: int, direction: str) -> NDArray[np.int64]:
+        """Resources of ``device``'s path above its access link (its edge to the server)."""
+        return self.resources(device, direction)[:-1]
+
+    def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
+        """Start moving ``size`` bytes now; ``flow.done`` succeeds when they have arrived.
+
+        ``local=True`` uses only the device's access link (a transfer to or from its edge).
+        """
+        res = (self.local_resources if local else self.resources)(device, direction)
+        return self.start_on(res, size)
+
+    def start_on(self, resources: NDArray[np.int64], size: float) -> Flow:
+        """Start a flow over explicit resources (e.g. an edge server's link to the cloud)."""
+        flow = Flow(self.env, resources, size)
         self.resume(flow)
         return flow
 
     def resume(self, flow: Flow) -> None:
         """(Re)admit a flow to the network."""
         self._advance()
-        if flow.remaining <= _TOL * max(flow.size, 1.0):
+        if (
+            flow.remaining <= _TOL * max(flow.size, 1.0)
+            or np.isinf(self.capacity[flow.resources]).all()
+        ):
+            flow.delivered += flow.remaining
+            self.carried[flow.resources] += flow.remaining
+            flow.remaining = 0.0
             flow.remaining = 0.0
             flow.done.succeed()
             return

@@ -149,3 +149,4 @@ class Scenario:
         self.policy.check(self.fleet.size)
         self.algorithm.check(self.task)
         self.policy.check_algorithm(self.algorithm)
+        self.policy.check_network(self.network)

@@ -16,6 +16,7 @@ from simfl.rng import Streams
 
 if TYPE_CHECKING:
     from simfl.engine import RunContext
+    from simfl.topology import Network
 
 __all__ = [
     "Policy",
@@ -42,6 +43,9 @@ class Policy(ABC):
 
     def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: B027 - a hook
         """Raise ``ValueError`` if the policy cannot drive ``algorithm``."""
+
+    def check_network(self, network: Network | None) -> None:  # noqa: B027 - a hook
+        """Raise ``ValueError`` if the policy cannot work with the scenario's ``network``."""
 
     @abstractmethod
     def serve(self, run: RunContext) -> Generator[Any, Any, None]:
