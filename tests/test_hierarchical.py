@@ -95,8 +95,8 @@ def test_lazy_equals_eager_and_dropouts():
 
 
 def test_needs_a_network():
-    with pytest.raises(ValueError, match="Scenario.network must be given for EdgeAggregation"):
+    with pytest.raises(ValueError, match=r"Scenario\.network must be given for EdgeAggregation"):
         linear_scenario(policy=EdgeAggregation())
-    with pytest.raises(ValueError, match="EdgeAggregation.edge_deadline"):
+    with pytest.raises(ValueError, match=r"EdgeAggregation\.edge_deadline"):
         EdgeAggregation(edge_deadline=0.0)
     assert math.isinf(Network.star().server_up)
