@@ -1,5 +1,6 @@
 """The analysis scripts run end to end at reduced size and write their figures."""
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,17 @@ def test_policy_scripts_run_quick(script, tmp_path):
     )
     assert "figure:" in done.stdout
     assert all(f.stat().st_size > 10_000 for f in tmp_path.glob("*.png"))
+
+
+def test_server_link_reduced():
+    sys.path.insert(0, str(ROOT / "analysis"))
+    import server_link
+
+    frame = server_link.experiment((5e3, math.inf), seeds=1, rounds=80)
+    t = server_link.summarize(frame).set_index(["policy", "capacity"])["mean_time"]
+    # a slow shared cloud link makes flat rounds slower; edge aggregation relieves it
+    assert t[("flat (wait-all)", 5e3)] > 2 * t[("flat (wait-all)", math.inf)]
+    assert t[("edge aggregation", 5e3)] < t[("flat (wait-all)", 5e3)] / 2
+    assert t[("edge aggregation", math.inf)] == pytest.approx(
+        t[("flat (wait-all)", math.inf)], rel=0.05
+    )

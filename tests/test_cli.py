@@ -51,6 +51,19 @@ def test_shipped_scenarios_load_and_the_main_one_runs(tmp_path, capsys):
         assert load_scenarios(file)
 
 
+def test_edge_diurnal_scenario_runs(tmp_path, capsys):
+    import dataclasses
+
+    for name, sc in load_scenarios(ROOT / "scenarios" / "edge_diurnal.py").items():
+        res = run(dataclasses.replace(sc, rounds=8), progress=False)
+        assert res.ok and len(res.rounds) == 8, name
+        jobs = res.clients
+        av = sc.fleet.availability
+        assert all(
+            av.is_on(int(d), float(t)) for d, t in zip(jobs["device"], jobs["t_start"], strict=True)
+        )
+
+
 def test_errors_are_reported_not_raised(tmp_path, capsys):
     assert main(["run", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -32,6 +32,17 @@ def test_comparison_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "srpfl_vs_fedrep.png").stat().st_size > 10_000
 
 
+def test_network_example_runs():
+    block = re.search(
+        r"### Networks, shared links and availability\n\n```python\n(.*?)```", README, re.S
+    )
+    assert block is not None
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    assert namespace["fleet"].availability.size == 200
+    assert namespace["traced"].availability is not None
+
+
 def test_ci_runs_the_two_readme_commands():
     for tag in ("main", "test"):
         line = subprocess.run(
