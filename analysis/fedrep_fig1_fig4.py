@@ -129,7 +129,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     t1[["FedRep", "FedSGD", "Local-only"]].plot.bar(ax=axes[0], logy=True, rot=0)
     axes[0].set(
         xlabel="samples per client m",
@@ -137,11 +137,13 @@ def main() -> None:
         title=f"Fig. 1: after {rounds} rounds (r = 1)",
     )
     one = f1[f1["m"] == ms[-1]]
-    plots.metric_vs_time(one, "test_mse", by="method", ax=axes[1])
-    axes[1].set_title(f"Fig. 1, m = {ms[-1]}: test MSE vs simulated time")
-    t4.plot(ax=axes[2], logy=True, marker="o")
-    axes[2].axvline(2, color="0.5", ls=":", lw=1)
-    axes[2].set(
+    plots.metric_vs_rounds(one, "test_mse", by="method", ax=axes[1])
+    axes[1].set_title(f"Fig. 1, m = {ms[-1]}: test MSE vs rounds")
+    plots.metric_vs_time(one, "test_mse", by="method", ax=axes[2])
+    axes[2].set_title(f"Fig. 1, m = {ms[-1]}: vs simulated time (Exp(1) fleet)")
+    t4.plot(ax=axes[3], logy=True, marker="o")
+    axes[3].axvline(2, color="0.5", ls=":", lw=1)
+    axes[3].set(
         xlabel="new client's samples m_new (k = 2, d = 20)",
         ylabel="new-client MSE",
         title="Fig. 4: new clients",
