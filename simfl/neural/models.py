@@ -1,0 +1,354 @@
+"""The networks of the seed papers, as stacked-parameter models a whole cohort trains at once.
+
+A :class:`Network` is a chain of layers (fully connected or 5x5-style convolutions, each
+optionally followed by ReLU and a 2x2 max-pool). Its parameters are plain tensors named like
+PyTorch's (``"fc1.weight"``, ``"fc1.bias"``) and it computes the forward pass of MANY clients'
+models in one call: a parameter is either *stacked* (a leading client axis, one model per
+client) or *shared* (no client axis, the same for every client), layer by layer. A linear layer
+of a cohort is one ``torch.baddbmm``, a convolution one grouped ``conv2d``, so the cohort's local
+training is one vectorised computation rather than a loop over clients.
+
+Layouts: a linear weight is stored ``(in, out)`` (the transpose of ``torch.nn.Linear.weight``:
+the batched matmul and its gradient are about twice as fast on CPUs in this layout), a
+convolution weight ``(out, in, k, k)`` as in ``torch.nn.Conv2d``. Initialisation draws every
+weight and bias from ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, the distribution of PyTorch's
+default initialisation of these layers, from an explicit ``torch.Generator``.
+
+Specifications (frozen dataclasses, built for an input shape and a number of classes):
+
+* :class:`MLP` -- ``MLP.fedrep()`` is the FedRep code's MNIST/FEMNIST MLP 784-512-256-64-C,
+  ``MLP.lg()`` the LG-FedAvg MNIST MLP 784-512-256-256-128-C. Layers ``layer_input``,
+  ``layer_hidden1``, ..., ``layer_out``.
+* :class:`CNN` -- two 5x5 convolutions with 2x2 max-pooling and three linear layers
+  (``conv1, conv2, fc1, fc2, fc3``). ``CNN.fedrep()`` is the FedRep code's CIFAR-10 CNN
+  (64, 64 channels; 120, 64 units), ``CNN.fedrep100()`` its CIFAR-100 CNN (64, 128; 256, 128;
+  the code's dropout 0.6 after ``fc2`` is left out: dropout would need a random mask per
+  sample and step, and this implementation draws nothing outside the run's keyed streams),
+  ``CNN.lenet5()`` LeNet-5 as LG-FedAvg uses it on CIFAR-10 (6, 16; 120, 100).
+
+Every network declares its *head* (the last layer: FedRep's and FedPer's personal part, the
+rest is the shared body) and LG-FedAvg's *global* layers under two names:
+
+* ``"paper"``: LG-FedAvg's published splits. MLPs keep their first two layers local (the MNIST
+  MLP's ``num_layers_keep=3``: 15.79% of the parameters are global); CNNs make the two
+  convolutions global ("we use the two convolutional layers for the global model").
+* ``"code"``: the FedRep and SRPFL code's LG-FedAvg, whose global layers are the last two
+  (``fc2, fc3`` for the CNNs, ``layer_hidden2, layer_out`` for the FedRep MLP).
+
+Costs: :attr:`Network.macs` holds each layer's multiply-accumulates per sample of the forward
+pass; :meth:`Network.train_macs` the cost of one training pass of one sample when only some
+layers learn (see there). simfl's neural work unit is 1e9 multiply-accumulates (GMAC).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+
+from simfl._checks import check_choice, check_int
+
+__all__ = ["CNN", "MLP", "Layer", "ModelSpec", "Network", "Params", "param_layer"]
+
+#: Parameters by name; stacked tensors carry a leading client axis.
+Params = dict[str, Tensor]
+
+
+def param_layer(name: str) -> str:
+    """The layer a parameter belongs to: ``"fc1.weight"`` -> ``"fc1"``."""
+    return name.rsplit(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a :class:`Network` with its resolved sizes.
+
+    ``kind`` is ``"linear"`` (``fan_in`` inputs, flattened first if the input is an image) or
+    ``"conv"`` (``fan_in`` input channels, a ``kernel`` x ``kernel`` filter, no padding).
+    """
+
+    name: str
+    kind: str
+    fan_in: int
+    out: int
+    kernel: int = 1
+    relu: bool = True
+    pool: bool = False
+    #: Multiply-accumulates of the layer's forward pass, per sample.
+    macs: int = 0
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shapes of the layer's weight and bias (unstacked)."""
+        if self.kind == "linear":
+            weight: tuple[int, ...] = (self.fan_in, self.out)
+        else:
+            weight = (self.out, self.fan_in, self.kernel, self.kernel)
+        return {f"{self.name}.weight": weight, f"{self.name}.bias": (self.out,)}
+
+    @property
+    def init_bound(self) -> float:
+        """PyTorch's default init bound ``1/sqrt(fan_in)`` (fan_in counts the kernel)."""
+        return 1.0 / math.sqrt(self.fan_in * self.kernel * self.kernel)
+
+
+class Network:
+    """A built network: its layers in order, its head and LG-FedAvg's global layers.
+
+    Parameters
+    ----------
+    name
+        Label of the architecture.
+    input_shape
+        Shape of one sample, ``(channels, height, width)``.
+    layers
+        The layers, input to output.
+    lg_global
+        LG-FedAvg's global layers by split name (``"paper"``, ``"code"``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        input_shape: tuple[int, ...],
+        layers: tuple[Layer, ...],
+        lg_global: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.name = name
+        self.input_shape = input_shape
+        self.layers = layers
+        self.lg_global = dict(lg_global)
+        self.layer_names = tuple(layer.name for layer in layers)
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        for layer in layers:
+            self.shapes.update(layer.shapes())
+        self.param_names = tuple(self.shapes)
+        self.macs = {layer.name: layer.macs for layer in layers}
+
+    @property
+    def head(self) -> tuple[str, ...]:
+        """The head layers (the last layer): FedRep's and FedPer's personal part."""
+        return self.layer_names[-1:]
+
+    @property
+    def body(self) -> tuple[str, ...]:
+        """Every layer but the head: the representation FedRep and FedPer share."""
+        return self.layer_names[:-1]
+
+    def params_of(self, layers: Iterable[str]) -> tuple[str, ...]:
+        """Names of the parameters of ``layers``, in network order."""
+        wanted = set(layers)
+        return tuple(p for p in self.param_names if param_layer(p) in wanted)
+
+    def n_params(self, layers: Iterable[str] | None = None) -> int:
+        """Number of parameters (of ``layers``, default all)."""
+        names = self.param_names if layers is None else self.params_of(layers)
+        return sum(math.prod(self.shapes[n]) for n in names)
+
+    def init(self, generator: torch.Generator) -> Params:
+        """Fresh parameters (unstacked), drawn layer by layer from ``generator``."""
+        params: Params = {}
+        for layer in self.layers:
+            b = layer.init_bound
+            for name, shape in layer.shapes().items():
+                u = torch.rand(shape, generator=generator, dtype=torch.float32)
+                params[name] = u * (2.0 * b) - b
+        return params
+
+    def train_macs(self, trained: Iterable[str]) -> int:
+        """Multiply-accumulates of one training pass of one sample when ``trained`` learn.
+
+        The full forward pass, plus for each trained layer its weight gradient (as many MACs
+        as its forward), plus the gradient with respect to the input of every layer above the
+        lowest trained one (again as many as its forward). With every layer trained this is
+        ``3 F - f_1`` for a forward cost ``F`` and a first layer ``f_1``; with only the head,
+        ``F + f_head``: the frozen body is still run forward each epoch, as the published
+        FedRep code does.
+        """
+        wanted = set(trained)
+        forward = sum(self.macs.values())
+        index = [i for i, name in enumerate(self.layer_names) if name in wanted]
+        if not index:
+            return forward
+        weight_grads = sum(self.macs[n] for n in self.layer_names if n in wanted)
+        input_grads = sum(self.macs[n] for n in self.layer_names[min(index) + 1 :])
+        return forward + weight_grads + input_grads
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, params: Params, x: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
+        """Apply layers ``start:stop`` to ``x`` of shape ``(C, B, *sample_shape)``.
+
+        Each layer's parameters are either all stacked (leading axis ``C``: client ``c`` of the
+        cohort uses slice ``c``) or all shared (no client axis). Shared layers process the
+        ``C * B`` samples as one batch.
+        """
+        for layer in self.layers[start:stop]:
+            w = params[f"{layer.name}.weight"]
+            b = params[f"{layer.name}.bias"]
+            stacked = b.dim() == 2
+            c = x.shape[0]
+            if not stacked:  # one model for every client: merge the client and batch axes
+                x = x.reshape(1, -1, *x.shape[2:])
+                w, b = w.unsqueeze(0), b.unsqueeze(0)
+            n = x.shape[1]
+            if layer.kind == "linear":
+                if x.dim() > 3:
+                    x = x.flatten(2)
+                x = torch.baddbmm(b.unsqueeze(1), x, w)
+            else:
+                k = w.shape[0]
+                imgs = x.transpose(0, 1).reshape(n, k * layer.fan_in, *x.shape[3:])
+                y = nnf.conv2d(
+                    imgs, w.reshape(k * layer.out, *w.shape[2:]), b.reshape(-1), groups=k
+                )
+                x = y.reshape(n, k, layer.out, *y.shape[2:]).transpose(0, 1)
+            if layer.relu:
+                x = nnf.relu(x)
+            if layer.pool:
+                y = nnf.max_pool2d(x.reshape(-1, *x.shape[2:]), 2)
+                x = y.reshape(x.shape[0], x.shape[1], *y.shape[1:])
+            if not stacked:
+                x = x.reshape(c, -1, *x.shape[2:])
+        return x
+
+    def __repr__(self) -> str:
+        return f"Network({self.name!r}, input={self.input_shape}, params={self.n_params()})"
+
+
+class ModelSpec:
+    """A network architecture, built for an input shape and a number of classes."""
+
+    #: Layer names, input to output (known before the data are loaded).
+    layer_names: tuple[str, ...]
+
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:
+        """The network for samples of ``input_shape`` and ``n_classes`` classes."""
+        raise NotImplementedError
+
+    def lg_global(self, split: str) -> tuple[str, ...]:
+        """LG-FedAvg's global layers under ``split`` (``"paper"`` or ``"code"``)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MLP(ModelSpec):
+    """Fully connected ReLU network ``in -> hidden[0] -> ... -> n_classes``.
+
+    The FedRep code ends it with a softmax and applies ``CrossEntropyLoss`` to those
+    probabilities (a softmax twice); here the outputs are logits and the loss is the usual
+    cross-entropy.
+    """
+
+    hidden: tuple[int, ...] = (512, 256, 64)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hidden, tuple) or len(self.hidden) < 2:
+            raise ValueError(
+                f"MLP.hidden must be a tuple of >= 2 layer widths, got {self.hidden!r}"
+            )
+        for h in self.hidden:
+            check_int("MLP.hidden[i]", h, low=1)
+
+    @classmethod
+    def fedrep(cls) -> MLP:
+        """FedRep's MNIST/FEMNIST MLP: 784-512-256-64-C."""
+        return cls((512, 256, 64))
+
+    @classmethod
+    def lg(cls) -> MLP:
+        """LG-FedAvg's MNIST MLP: 784-512-256-256-128-C."""
+        return cls((512, 256, 256, 128))
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:  # type: ignore[override]  # noqa: D102
+        hidden = tuple(f"layer_hidden{i}" for i in range(1, len(self.hidden)))
+        return ("layer_input", *hidden, "layer_out")
+
+    def lg_global(self, split: str) -> tuple[str, ...]:  # noqa: D102
+        check_choice("LGFedAvg.global_layers", split, ("paper", "code"))
+        return self.layer_names[2:] if split == "paper" else self.layer_names[-2:]
+
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:  # noqa: D102
+        widths = (math.prod(input_shape), *self.hidden, n_classes)
+        layers = tuple(
+            Layer(name, "linear", a, b, relu=i < len(widths) - 2, macs=a * b)
+            for i, (name, a, b) in enumerate(
+                zip(self.layer_names, widths[:-1], widths[1:], strict=True)
+            )
+        )
+        splits = {s: self.lg_global(s) for s in ("paper", "code")}
+        return Network(f"MLP{self.hidden}", input_shape, layers, splits)
+
+
+@dataclass(frozen=True)
+class CNN(ModelSpec):
+    """``conv1 -> pool -> conv2 -> pool -> fc1 -> fc2 -> fc3`` with 5x5 kernels and ReLUs.
+
+    Parameters
+    ----------
+    channels
+        Output channels of ``conv1`` and ``conv2``.
+    hidden
+        Widths of ``fc1`` and ``fc2``.
+    kernel
+        Side of the square convolution kernels (no padding).
+    """
+
+    channels: tuple[int, int] = (64, 64)
+    hidden: tuple[int, int] = (120, 64)
+    kernel: int = 5
+
+    layer_names = ("conv1", "conv2", "fc1", "fc2", "fc3")
+
+    def __post_init__(self) -> None:
+        for field, value in (("channels", self.channels), ("hidden", self.hidden)):
+            if not isinstance(value, tuple) or len(value) != 2:
+                raise ValueError(f"CNN.{field} must be a pair of ints, got {value!r}")
+            for v in value:
+                check_int(f"CNN.{field}[i]", v, low=1)
+        check_int("CNN.kernel", self.kernel, low=1)
+
+    @classmethod
+    def fedrep(cls) -> CNN:
+        """The FedRep code's CIFAR-10 CNN (64, 64 channels; 120, 64 units)."""
+        return cls((64, 64), (120, 64))
+
+    @classmethod
+    def fedrep100(cls) -> CNN:
+        """The FedRep code's CIFAR-100 CNN (64, 128 channels; 256, 128 units; no dropout)."""
+        return cls((64, 128), (256, 128))
+
+    @classmethod
+    def lenet5(cls) -> CNN:
+        """LeNet-5 as LG-FedAvg uses it (6, 16 channels; 120, 100 units)."""
+        return cls((6, 16), (120, 100))
+
+    def lg_global(self, split: str) -> tuple[str, ...]:  # noqa: D102
+        check_choice("LGFedAvg.global_layers", split, ("paper", "code"))
+        return ("conv1", "conv2") if split == "paper" else ("fc2", "fc3")
+
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:  # noqa: D102
+        ch, side, _ = input_shape
+        k = self.kernel
+        s1 = side - k + 1
+        s2 = s1 // 2 - k + 1
+        if s1 < 2 or s2 < 2:
+            raise ValueError(
+                f"Scenario.task: the CNN needs images of side >= {2 * (k + 1) + k - 2} for "
+                f"{k}x{k} kernels, got input shape {input_shape}"
+            )
+        c1, c2 = self.channels
+        flat = c2 * (s2 // 2) ** 2
+        h1, h2 = self.hidden
+        layers = (
+            Layer("conv1", "conv", ch, c1, k, pool=True, macs=c1 * ch * k * k * s1 * s1),
+            Layer("conv2", "conv", c1, c2, k, pool=True, macs=c2 * c1 * k * k * s2 * s2),
+            Layer("fc1", "linear", flat, h1, macs=flat * h1),
+            Layer("fc2", "linear", h1, h2, macs=h1 * h2),
+            Layer("fc3", "linear", h2, n_classes, relu=False, macs=h2 * n_classes),
+        )
+        splits = {s: self.lg_global(s) for s in ("paper", "code")}
+        return Network(f"CNN{self.channels}{self.hidden}", input_shape, layers, splits)

@@ -1,0 +1,155 @@
+"""Image classification on a real data set split over the clients of the fleet.
+
+:class:`ImageClassification` names a data set (:mod:`simfl.neural.data`), a partition
+(:mod:`simfl.neural.partition`) and a network (:mod:`simfl.neural.models`). Binding it to a
+fleet (:meth:`ImageClassification.build`) loads the data (cached per process), splits the
+training pool over the ``n`` clients (client ``i`` lives on device ``i``) with the run's keyed
+stream ``"neural/partition"``, deals each client a test set with the same classes
+(:func:`~simfl.neural.partition.match_test`) and builds the network.
+
+Metrics (the FedRep code's ``test_img_local_all``): ``accuracy`` is the average local test
+accuracy, each evaluated client scored on its own test set with its own personalised model
+(its head, its local layers, or the shared model) and weighted by its number of test samples;
+``loss`` the cross-entropy averaged the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from simfl._checks import check_int
+from simfl.neural.data import DataSource, Digits
+from simfl.neural.models import MLP, ModelSpec, Network
+from simfl.neural.partition import Partition, Shards
+from simfl.rng import Streams
+from simfl.tasks.base import Task
+
+__all__ = ["ClientImages", "ImageClassification", "pad"]
+
+IntArray = NDArray[np.int64]
+
+
+def pad(parts: list[IntArray], clients: IntArray) -> IntArray:
+    """The index lists of ``clients`` as one ``(C, max length)`` array padded with -1."""
+    width = max((parts[int(c)].size for c in clients), default=0)
+    out = np.full((clients.size, width), -1, dtype=np.int64)
+    for row, c in enumerate(clients):
+        p = parts[int(c)]
+        out[row, : p.size] = p
+    return out
+
+
+_DIGITS, _SHARDS, _FEDREP_MLP = Digits(), Shards(2), MLP.fedrep()
+
+
+@dataclass(frozen=True)
+class ImageClassification(Task):
+    """A labelled image data set split over the clients, and the network they train.
+
+    Parameters
+    ----------
+    dataset
+        Where the images come from (default: scikit-learn's 8x8 digits).
+    partition
+        How the training pool is split (default: FedRep's 2 classes per client).
+    model
+        The network (default: FedRep's MLP, 784-512-256-64-C for 28x28 images).
+    eval_clients
+        Evaluate this many clients (a fixed, uniformly drawn subset; ``None``: all of them).
+    """
+
+    dataset: DataSource = _DIGITS
+    partition: Partition = _SHARDS
+    model: ModelSpec = _FEDREP_MLP
+    eval_clients: int | None = None
+
+    metrics: ClassVar[tuple[str, ...]] = ("accuracy", "loss")
+    goals: ClassVar[dict[str, str]] = {"accuracy": "max", "loss": "min"}
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dataset, DataSource):
+            raise ValueError(
+                f"ImageClassification.dataset must be a simfl.neural data source (Digits(), "
+                f"MNIST(), FashionMNIST(), ...), got {self.dataset!r}"
+            )
+        if not isinstance(self.partition, Partition):
+            raise ValueError(
+                f"ImageClassification.partition must be a simfl.neural partition (Shards(2), "
+                f"Dirichlet(0.5), LogNormal(1.0), Natural()), got {self.partition!r}"
+            )
+        if not isinstance(self.model, ModelSpec):
+            raise ValueError(
+                f"ImageClassification.model must be MLP(...) or CNN(...), got {self.model!r}"
+            )
+        if self.eval_clients is not None:
+            check_int("ImageClassification.eval_clients", self.eval_clients, low=1)
+
+    def build(self, n_clients: int, streams: Streams) -> ClientImages:
+        """Load, split and bind the data to ``n_clients`` clients."""
+        return ClientImages(self, n_clients, streams)
+
+
+class ClientImages:
+    """An :class:`ImageClassification` bound to a fleet: the clients' data and the network.
+
+    Attributes
+    ----------
+    x_train, y_train, x_test, y_test
+        The pooled images (torch tensors sharing memory with the cached numpy arrays).
+    train_parts, test_parts
+        Each client's indices into the pools.
+    network
+        The built :class:`~simfl.neural.models.Network`.
+    eval_clients
+        The clients evaluated (sorted).
+    """
+
+    def __init__(self, spec: ImageClassification, n_clients: int, streams: Streams) -> None:
+        self.spec = spec
+        self.n_clients = n_clients
+        self.streams = streams
+        data = spec.dataset.load()
+        self.dataset = data
+        rng = streams.generator("neural/partition")
+        self.train_parts = spec.partition.split(
+            data.y_train,
+            n_clients,
+            data.n_classes,
+            rng,
+            None if data.groups is None else data.groups[0],
+        )
+        self.test_parts = spec.partition.split_test(
+            self.train_parts, data.y_train, data.y_test, data.n_classes, rng, data.groups
+        )
+        self.network: Network = spec.model.build(data.input_shape, data.n_classes)
+        self.x_train = torch.from_numpy(data.x_train)
+        self.y_train = torch.from_numpy(data.y_train)
+        self.x_test = torch.from_numpy(data.x_test)
+        self.y_test = torch.from_numpy(data.y_test)
+        n_eval = n_clients if spec.eval_clients is None else min(spec.eval_clients, n_clients)
+        if n_eval == n_clients:
+            self.eval_clients: IntArray = np.arange(n_clients, dtype=np.int64)
+        else:
+            pick = streams.generator("neural/eval_clients").choice(n_clients, n_eval, False)
+            self.eval_clients = np.sort(pick).astype(np.int64)
+
+    def client_sizes(self) -> NDArray[np.float64]:
+        """Training samples of each client."""
+        return np.array([p.size for p in self.train_parts], dtype=np.float64)
+
+    def train_index(self, clients: IntArray) -> IntArray:
+        """``(C, Nmax)`` indices into the training pool of ``clients``, padded with -1."""
+        return pad(self.train_parts, clients)
+
+    def test_index(self, clients: IntArray) -> IntArray:
+        """``(C, Tmax)`` indices into the test pool of ``clients``, padded with -1."""
+        return pad(self.test_parts, clients)
+
+    def classes(self, client: int) -> set[int]:
+        """The classes of a client's training samples."""
+        return {int(v) for v in np.unique(self.dataset.y_train[self.train_parts[client]])}

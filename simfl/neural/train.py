@@ -1,0 +1,272 @@
+"""Batched local training: a whole cohort's minibatch SGD as one vectorised computation.
+
+Every client of the cohort has its own copy of the parameters that learn (a leading client axis)
+and its own momentum buffers, and runs its own sequence of minibatches; one step of the cohort
+is one forward and one backward pass over all clients' minibatches (:meth:`Network.forward`),
+and the gradient of the SUM of the clients' mean losses splits into each client's own gradient.
+Clients with fewer samples run fewer steps: in the steps they do not take they are masked out
+(parameters and momentum untouched), so each client's result is what training it alone gives,
+up to the rounding of batched matrix products.
+
+The update is PyTorch's ``torch.optim.SGD`` step, element for element: ``g = grad + wd * w``
+(weight decay on weights, not biases, as in the FedRep code), plus ``mu * (w - w0)`` for a
+proximal term (FedProx), ``buf = momentum * buf + g``, ``w = w - lr * buf``. Momentum buffers
+start at zero with each local update (the code builds a new optimiser every round) and carry
+over between the phases of one update.
+
+Minibatches: in every epoch a client draws a permutation of its samples from its own keyed
+generator and cuts it into batches of ``batch_size`` (the last one smaller), like a shuffling
+``DataLoader`` without ``drop_last``. Layers below the lowest learning layer are frozen for the
+whole phase, so their output is computed once per phase and reused by every epoch (FedRep's head
+epochs then cost almost nothing); the device's simulated work still counts the forward pass
+through them each epoch (:meth:`Network.train_macs`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as nnf
+from numpy.typing import NDArray
+from torch import Tensor
+
+from simfl._checks import check_int, check_real
+from simfl.neural.models import Network, Params, param_layer
+
+__all__ = ["DEFAULT_SGD", "SGD", "Phase", "epoch_order", "evaluate_cohort", "train_cohort"]
+
+IntArray = NDArray[np.int64]
+#: Samples (all clients together) per chunk when a frozen prefix or an evaluation runs over
+#: whole client data sets; bounds the memory of convolution outputs.
+CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class SGD:
+    """Local optimiser: minibatch SGD with momentum (defaults: the FedRep code's).
+
+    Parameters
+    ----------
+    lr
+        Step size (> 0).
+    momentum
+        Momentum coefficient in [0, 1).
+    weight_decay
+        L2 coefficient on weights (not biases), >= 0.
+    batch_size
+        Samples per minibatch (>= 1).
+    """
+
+    lr: float = 0.01
+    momentum: float = 0.5
+    weight_decay: float = 1e-4
+    batch_size: int = 10
+
+    def __post_init__(self) -> None:
+        check_real("SGD.lr", self.lr, low=0.0, low_open=True)
+        check_real("SGD.momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        check_real("SGD.weight_decay", self.weight_decay, low=0.0)
+        check_int("SGD.batch_size", self.batch_size, low=1)
+
+
+#: The FedRep code's local optimiser: lr 0.01, momentum 0.5, weight decay 1e-4, batch 10.
+DEFAULT_SGD = SGD()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``epochs`` passes over the client's data in which only ``layers`` learn."""
+
+    layers: tuple[str, ...]
+    epochs: int
+
+
+def epoch_order(rng: np.random.Generator, n: int, batch_size: int) -> IntArray:
+    """One epoch of a client: a permutation of ``range(n)`` cut into rows of ``batch_size``.
+
+    Shape ``(ceil(n / batch_size), batch_size)``; the last row is padded with -1.
+    """
+    steps = math.ceil(n / batch_size)
+    order = np.full(steps * batch_size, -1, dtype=np.int64)
+    order[:n] = rng.permutation(n)
+    return order.reshape(steps, batch_size)
+
+
+def _stack_orders(orders: list[IntArray], batch_size: int) -> IntArray:
+    steps = max((o.shape[0] for o in orders), default=0)
+    out = np.full((len(orders), steps, batch_size), -1, dtype=np.int64)
+    for c, o in enumerate(orders):
+        out[c, : o.shape[0]] = o
+    return out
+
+
+def _gather(x: Tensor, index: Tensor) -> Tensor:
+    """``x[index]`` for a pooled tensor ``x`` and an index array of any shape (-1 -> 0)."""
+    flat = index.clamp(min=0).reshape(-1)
+    return x[flat].reshape(*index.shape, *x.shape[1:])
+
+
+def _features(net: Network, params: Params, x: Tensor, index: Tensor, stop: int) -> Tensor:
+    """Output of layers ``0:stop`` for every sample of every client: ``(C, Nmax, ...)``."""
+    step = max(1, CHUNK // max(1, index.shape[0]))
+    chunks = [
+        net.forward(params, _gather(x, index[:, i : i + step]), 0, stop)
+        for i in range(0, index.shape[1], step)
+    ]
+    return torch.cat(chunks, dim=1)
+
+
+def train_cohort(
+    net: Network,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    index: IntArray,
+    phases: Sequence[Phase],
+    sgd: SGD,
+    rngs: Sequence[np.random.Generator],
+    prox: tuple[float, Params] | None = None,
+) -> tuple[Params, NDArray[np.float64]]:
+    """Train a cohort of ``C`` clients, each on its own samples, in one batched computation.
+
+    Parameters
+    ----------
+    net
+        The network.
+    params
+        Starting parameters: each layer's either stacked ``(C, ...)`` or shared.
+    x, y
+        The pooled training images and labels.
+    index
+        ``(C, Nmax)`` indices into ``x`` of each client's samples, padded with -1.
+    phases
+        The local schedule, in order.
+    sgd
+        Optimiser settings.
+    rngs
+        One generator per client; each epoch draws the client's permutation from it.
+    prox
+        ``(mu, w0)``: add the proximal term ``mu/2 ||w - w0||^2`` to every client's loss.
+
+    Returns
+    -------
+    params, loss
+        The parameters after training (trained ones stacked, others as given) and each
+        client's mean minibatch loss over the whole update (NaN for a client without data).
+    """
+    c = index.shape[0]
+    counts = (index >= 0).sum(axis=1)
+    idx = torch.from_numpy(index)
+    rows = torch.arange(c)[:, None]
+    params = dict(params)
+    bufs: dict[str, Tensor] = {}
+    loss_sum = np.zeros(c)
+    steps_done = np.zeros(c)
+    owned: set[str] = set()  # parameters copied into this call's own stacked tensors
+    for phase in phases:
+        names = net.params_of(phase.layers)
+        for n, p in params.items():
+            if n not in names:
+                params[n] = p.detach()  # frozen in this phase
+            elif n not in owned:
+                stacked = p.dim() == len(net.shapes[n]) + 1
+                p = p.detach().clone() if stacked else p.detach().expand(c, *p.shape).clone()
+                params[n] = p.requires_grad_(True)
+                owned.add(n)
+            else:
+                params[n] = p.requires_grad_(True)
+        first = min(net.layer_names.index(param_layer(n)) for n in names)
+        with torch.no_grad():
+            feats = _features(net, params, x, idx, first) if first > 0 else None
+        for _ in range(phase.epochs):
+            order = _stack_orders(
+                [epoch_order(rngs[i], int(counts[i]), sgd.batch_size) for i in range(c)],
+                sgd.batch_size,
+            )
+            for s in range(order.shape[1]):
+                pos = torch.from_numpy(order[:, s])
+                valid = pos >= 0
+                ids = idx.gather(1, pos.clamp(min=0))
+                inp = _gather(x, ids) if feats is None else feats[rows, pos.clamp(min=0)]
+                logits = net.forward(params, inp, first, None)
+                ce = nnf.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    y[ids.clamp(min=0)].reshape(-1),
+                    reduction="none",
+                ).reshape(ids.shape)
+                n_valid = valid.sum(dim=1)
+                loss = (ce * valid).sum(dim=1) / n_valid.clamp(min=1)
+                grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
+                active = n_valid > 0
+                _sgd_step(params, bufs, names, grads, active, sgd, prox)
+                act = active.numpy()
+                loss_sum[act] += loss.detach().numpy()[act]
+                steps_done[act] += 1
+    out = {n: p.detach() for n, p in params.items()}
+    with np.errstate(invalid="ignore"):
+        return out, loss_sum / steps_done
+
+
+def _sgd_step(
+    params: Params,
+    bufs: dict[str, Tensor],
+    names: Sequence[str],
+    grads: Sequence[Tensor],
+    active: Tensor,
+    sgd: SGD,
+    prox: tuple[float, Params] | None,
+) -> None:
+    """``buf = momentum * buf + g``, ``w -= lr * buf`` for the active clients (in place).
+
+    ``g`` (a fresh gradient, modified in place) gets the weight decay and proximal terms first.
+    """
+    everyone = bool(active.all())
+    with torch.no_grad():
+        for n, g in zip(names, grads, strict=True):
+            p = params[n]
+            if sgd.weight_decay and n.endswith(".weight"):
+                g.add_(p, alpha=sgd.weight_decay)
+            if prox is not None and prox[0] > 0:
+                g.add_(p - prox[1][n], alpha=prox[0])
+            buf = bufs.get(n)
+            if everyone:
+                if buf is None:  # torch.optim.SGD's first step: buf = g
+                    bufs[n] = buf = g
+                else:
+                    torch.add(g, buf, alpha=sgd.momentum, out=buf)
+                p.add_(buf, alpha=-sgd.lr)
+            else:
+                mask = active.reshape(-1, *([1] * (p.dim() - 1)))
+                new = g if buf is None else torch.add(g, buf, alpha=sgd.momentum)
+                bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
+                p.add_(bufs[n] * mask, alpha=-sgd.lr)
+
+
+def evaluate_cohort(
+    net: Network, params: Params, x: Tensor, y: Tensor, index: IntArray
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Each client's number of correct predictions and summed cross-entropy on its samples.
+
+    ``params`` as for :func:`train_cohort`; ``index`` ``(C, T)`` padded with -1.
+    """
+    idx = torch.from_numpy(index)
+    correct = torch.zeros(index.shape[0], dtype=torch.float64)
+    loss = torch.zeros(index.shape[0], dtype=torch.float64)
+    with torch.no_grad():
+        step = max(1, CHUNK // max(1, index.shape[0]))
+        for i in range(0, index.shape[1], step):
+            ids = idx[:, i : i + step]
+            valid = ids >= 0
+            logits = net.forward(params, _gather(x, ids), 0, None)
+            labels = y[ids.clamp(min=0)]
+            ce = nnf.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+            ).reshape(ids.shape)
+            hit = (logits.argmax(dim=-1) == labels) & valid
+            correct += hit.sum(dim=1).to(torch.float64)
+            loss += (ce * valid).to(torch.float64).sum(dim=1)
+    return correct.numpy(), loss.numpy()
