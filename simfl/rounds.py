@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from simfl.engine import RunContext
     from simfl.policies.base import SyncPolicy
 
-__all__ = ["RoundState", "sync_round", "sync_server"]
+__all__ = ["RoundState", "close_aggregation", "sync_round", "sync_server"]
 
 
 class RoundState:
@@ -126,6 +126,7 @@ def sync_round(
     """
     env = run.env
     r = run.round
+    t0 = env.now
     cohort, repeats = np.unique(cohort, return_counts=True)  # drawn twice: one job, two votes
     if plan is None:
         plan = run.plan(cohort, key=r, stage=stage if speed_epoch is None else speed_epoch)
@@ -147,35 +148,63 @@ def sync_round(
     rnd.close(LATE if not rnd.closed else CANCELLED)
     status = rnd.status
     b_down, b_up = run.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
+    close_aggregation(
+        run,
+        plan,
+        status,
+        round=r,
+        stage=stage,
+        t_start=t0,
+        bytes_moved=(b_down, b_up),
+        repeats=repeats,
+    )
+    return rnd
+
+
+def close_aggregation(
+    run: RunContext,
+    plan: JobPlan,
+    status: NDArray[np.int8],
+    *,
+    round: int,
+    stage: int,
+    t_start: float,
+    bytes_moved: tuple[float, float],
+    repeats: NDArray[np.int64] | None = None,
+) -> None:
+    """Aggregate the arrived jobs of a synchronous round and record the round's row.
+
+    ``status`` holds the final status of every job of ``plan``; ``repeats`` how many times each
+    device was drawn (sampling with replacement), its update repeated that often.
+    """
     accepted = status == ARRIVED
     row: dict[str, Any] = {
-        "round": r,
+        "round": round,
         "stage": stage,
-        "t_start": plan.t_start,
-        "time": env.now,
+        "t_start": t_start,
+        "time": run.env.now,
         "status": "ok" if accepted.any() else "empty",
         "n_selected": plan.size,
         "n_arrived": int(accepted.sum()),
         "n_dropped": int((status == DROPPED).sum()),
         "n_late": int((status == LATE).sum()),
         "n_cancelled": int((status == CANCELLED).sum()),
-        "bytes_down": b_down,
-        "bytes_up": b_up,
+        "bytes_down": bytes_moved[0],
+        "bytes_up": bytes_moved[1],
         "staleness_mean": 0.0 if accepted.any() else math.nan,
     }
     if accepted.any():
         state = run.state
 
         def compute() -> tuple[Any, Any]:
-            updates = run.updates(state, plan.devices, r, accepted)
-            if (repeats > 1).any():
+            updates = run.updates(state, plan.devices, round, accepted)
+            if repeats is not None and (repeats > 1).any():
                 counts = repeats[accepted]
                 updates = {k: np.repeat(v, counts, axis=0) for k, v in updates.items()}
-            return run.algorithm.aggregate(state, updates, r), updates
+            return run.algorithm.aggregate(state, updates, round), updates
 
         run.apply(row, compute)
     run.end_aggregation(row)
-    return rnd
 
 
 def sync_server(run: RunContext, policy: SyncPolicy) -> Generator[Any, Any, None]:

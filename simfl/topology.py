@@ -24,6 +24,7 @@ The server-side direction of every link is the direction toward the server along
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -135,15 +136,12 @@ class Network:
             )
         g = g.astype(np.int64)
         g.setflags(write=False)
-        return cls(
-            "hierarchical",
-            server_up=check_real(
-                "Network.server_up", server_up, low=0.0, low_open=True, allow_inf=True
-            ),
-            server_down=check_real(
-                "Network.server_down", server_down, low=0.0, low_open=True, allow_inf=True
-            ),
-            server_latency=check_real("Network.server_latency", server_latency, low=0.0),
+        cloud = cls.star(
+            server_up=server_up, server_down=server_down, server_latency=server_latency
+        )
+        return dataclasses.replace(
+            cloud,
+            kind="hierarchical",
             groups=g,
             edge_up=check_real("Network.edge_up", edge_up, low=0.0, low_open=True, allow_inf=True),
             edge_down=check_real(

@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_real
 from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, concat_plans
 from simfl.policies.base import Policy, check_sampling, cohort_size, sample_uniform
+from simfl.rounds import close_aggregation
 from simfl.topology import Network
 
 if TYPE_CHECKING:
@@ -212,28 +213,12 @@ class _EdgeRound:
         b_down, b_up = run.record_jobs(plan, status, t_end, round=self.round, stage=0)
         if not final:
             return
-        accepted = status == ARRIVED
-        row: dict[str, Any] = {
-            "round": self.round,
-            "stage": 0,
-            "t_start": self.t0,
-            "time": env.now,
-            "status": "ok" if accepted.any() else "empty",
-            "n_selected": plan.size,
-            "n_arrived": int(accepted.sum()),
-            "n_dropped": int((status == DROPPED).sum()),
-            "n_late": int((status == LATE).sum()),
-            "n_cancelled": int((status == CANCELLED).sum()),
-            "bytes_down": b_down + self.edge_bytes[0],
-            "bytes_up": b_up + self.edge_bytes[1],
-            "staleness_mean": 0.0 if accepted.any() else math.nan,
-        }
-        if accepted.any():
-            state, r = run.state, self.round
-
-            def compute() -> tuple[Any, Any]:
-                updates = run.updates(state, plan.devices, r, accepted)
-                return run.algorithm.aggregate(state, updates, r), updates
-
-            run.apply(row, compute)
-        run.end_aggregation(row)
+        close_aggregation(
+            run,
+            plan,
+            status,
+            round=self.round,
+            stage=0,
+            t_start=self.t0,
+            bytes_moved=(b_down + self.edge_bytes[0], b_up + self.edge_bytes[1]),
+        )
