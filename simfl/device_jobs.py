@@ -4,17 +4,19 @@ Two implementations of the same protocol:
 
 :func:`fast_job`
     Private links and devices that are always online: every stage's duration is known when the
-    job starts, so each stage is one timeout, raced only by the device's failure clock (drawn up
-    front: the hazard is memoryless).
+    job starts, so the whole job is one timeout, raced only by the device's failure clock (drawn
+    up front: the hazard is memoryless). Synchronous rounds skip even that and play the cohort
+    out without events (:mod:`simfl.rounds`).
 :class:`DeviceRuntime`
     Devices with on/off availability and/or a shared network: a transfer's duration depends on
     the other flows on its links (:mod:`simfl.flows`), and a device going offline aborts the job
     or pauses it (its failure clock pauses too). Used whenever the fleet has an availability or
     the scenario a network.
 
-Both keep the job's record in its :class:`~simfl.jobs.JobPlan` (stages completed, busy seconds
-per stage, bytes moved), report ``on_arrive(j)`` or ``on_drop(j)``, and stop quietly when the
-server interrupts them (a round closing, the run ending).
+:class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.jobs.JobPlan` (stages
+completed, busy seconds per stage, bytes moved); both report ``on_arrive(j)`` or
+``on_drop(j)``, and stop quietly when the server interrupts them (a round closing, the run
+ending).
 """
 
 from __future__ import annotations
@@ -36,34 +38,28 @@ __all__ = ["DeviceRuntime", "fast_job"]
 Callback = Callable[[int], None]
 
 
-def _busy(env: simpy.Environment, seconds: float, fail_at: float) -> Generator[Any, Any, bool]:
-    """Spend ``seconds`` busy; return False if the device fails first."""
-    if env.now + seconds > fail_at:
-        yield env.timeout(max(fail_at - env.now, 0.0))
-        return False
-    yield env.timeout(seconds)
-    return True
-
-
 def fast_job(
-    env: simpy.Environment, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback
+    env: simpy.Environment,
+    after: float,
+    arrives: bool,
+    j: int,
+    on_arrive: Callback,
+    on_drop: Callback,
 ) -> Generator[Any, Any, None]:
-    """The ``j``-th job of ``plan`` on private links, its device always online."""
-    fail_at = plan.start(j) + float(plan.fail_after[j])
+    """Job ``j`` on private links, its device always online: one timeout.
+
+    Nothing contends with its stages, so the job is a single race between its planned duration
+    and its failure clock (:func:`simfl.jobs.resolution` gives ``after`` and ``arrives``); where
+    it stood when stopped follows from the plan (:func:`simfl.jobs.planned_split`).
+    """
     try:
-        for s, stage in enumerate((plan.download, plan.compute, plan.upload)):
-            if not (yield from _busy(env, float(stage[j]), fail_at)):
-                plan.spent[j, s] = env.now - plan.active_since[j]
-                plan.active_since[j] = math.nan
-                on_drop(j)
-                return
-            plan.spent[j, s] = stage[j]
-            plan.progress[j] += 1
-            plan.active_since[j] = env.now
+        yield env.timeout(after)
     except simpy.Interrupt:
         return  # stopped by the server, which records the job
-    plan.active_since[j] = math.nan
-    on_arrive(j)
+    if arrives:
+        on_arrive(j)
+    else:
+        on_drop(j)
 
 
 class DeviceRuntime:

@@ -32,7 +32,15 @@ from simfl.algorithms.base import Updates
 from simfl.availability import AvailabilityCursor
 from simfl.device_jobs import DeviceRuntime, fast_job
 from simfl.flows import FlowNetwork
-from simfl.jobs import ARRIVED, JobPlan, bytes_moved, plan_jobs, time_split
+from simfl.jobs import (
+    ARRIVED,
+    JobPlan,
+    bytes_moved,
+    plan_jobs,
+    planned_split,
+    resolution,
+    time_split,
+)
 from simfl.results import Recorder, Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario
@@ -51,9 +59,19 @@ class RunContext:
     the stop rules. Built by :func:`run`.
     """
 
-    def __init__(self, scenario: Scenario, *, lazy: bool, progress: bool, on_error: str) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        lazy: bool,
+        progress: bool,
+        on_error: str,
+        batched: bool = True,
+    ) -> None:
         self.scenario = scenario
         self.lazy = lazy
+        #: Play synchronous rounds on private links without job events (see :mod:`simfl.rounds`).
+        self.batched = batched
         self.on_error = on_error
         self.env = simpy.Environment()
         self.streams = Streams(scenario.seed)
@@ -79,6 +97,8 @@ class RunContext:
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
+        self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
+        self._everyone.setflags(write=False)
         self.network: FlowNetwork | None = None
         self.links: tuple[Any, Any, Any] | None = None
         path_latency = None
@@ -123,7 +143,7 @@ class RunContext:
     def online(self) -> NDArray[np.int64]:
         """The devices online now, sorted (all of them without an availability)."""
         if self.cursor is None:
-            return np.arange(self.fleet.size, dtype=np.int64)
+            return self._everyone
         return np.flatnonzero(self.cursor.online(self.env.now)).astype(np.int64)
 
     def wait_online(self) -> Generator[Any, Any, None]:
@@ -154,8 +174,10 @@ class RunContext:
                 for j in range(plan.size)
             ]
         if self.devices is None:
+            after, arrives = resolution(plan)
             return [
-                env.process(fast_job(env, plan, j, on_arrive, on_drop)) for j in range(plan.size)
+                env.process(fast_job(env, float(a), bool(ok), j, on_arrive, on_drop))
+                for j, (a, ok) in enumerate(zip(after, arrives, strict=True))
             ]
         devices = self.devices
         return [env.process(devices.process(plan, j, on_arrive, on_drop)) for j in range(plan.size)]
@@ -172,19 +194,28 @@ class RunContext:
     ) -> tuple[float, float]:
         """Append the rows of the jobs of ``plan``; return the bytes they moved down and up."""
         n = plan.size
-        if self.devices is not None:
+        if self.devices is None and (status == ARRIVED).all():
+            # every stage done, every byte moved: nothing to work out
+            down, comp, up = plan.download, plan.compute, plan.upload
+            b_down, b_up = plan.size_down, plan.size_up
+        elif self.devices is None:
+            down, comp, up, progress = planned_split(plan, status, t_end)
+            b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links, progress)
+        else:
             self.devices.finalize(plan)  # flows of jobs stopped without running their process
-        down, comp, up = time_split(plan, t_end)
-        b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
+            down, comp, up = time_split(plan, t_end)
+            b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
         if staleness is None:
             staleness = np.where(status == ARRIVED, 0.0, np.nan)
+        rounds = np.asarray(round, dtype=np.int64)
+        starts = np.asarray(plan.t_start, dtype=np.float64)
         self.recorder.add_jobs(
             {
-                "round": np.broadcast_to(np.asarray(round, dtype=np.int64), (n,)),
+                "round": np.full(n, rounds) if rounds.ndim == 0 else rounds,
                 "stage": np.full(n, stage),
                 "device": plan.devices,
                 "status": status,
-                "t_start": np.broadcast_to(np.asarray(plan.t_start, dtype=np.float64), (n,)),
+                "t_start": np.full(n, starts) if starts.ndim == 0 else starts,
                 "t_end": t_end,
                 "download": down,
                 "compute": comp,
@@ -323,6 +354,7 @@ def run(
     progress: bool = True,
     lazy: bool = True,
     on_error: str = "record",
+    batched: bool = True,
 ) -> Results:
     """Simulate ``scenario`` and return its :class:`~simfl.results.Results`.
 
@@ -340,12 +372,19 @@ def run(
     on_error
         ``"record"`` (default): an exception in the algorithm or task ends the run, is stored in
         ``meta["error"]`` and everything computed so far is returned. ``"raise"``: re-raise it.
+    batched
+        Play synchronous rounds whose devices have private links and are always online
+        without job events: each round's outcome follows from its job plan in one vectorised
+        step (default). ``False`` plays every job as a SimPy process, the straightforward
+        path; the results are identical.
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
     check_choice("run on_error", on_error, ("record", "raise"))
     started = time.perf_counter()
-    ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error)
+    if not isinstance(batched, bool):
+        raise ValueError(f"run batched must be True or False, got {batched!r}")
+    ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error, batched=batched)
     env = ctx.env
     server = env.process(scenario.policy.serve(ctx))
     until: simpy.Event = server
@@ -374,6 +413,7 @@ def run(
         "metrics": list(ctx.metrics),
         "initial_metrics": ctx.initial_metrics,
         "lazy": lazy,
+        "batched": batched,
         "stop_reason": ctx.stop_reason or "max_time",
         "status": status,
         "error": ctx.error,

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simfl.fleet import Fleet
-from simfl.network import Payload, bytes_delivered, transfer_seconds
+from simfl.network import Payload, bytes_delivered
 from simfl.rng import Streams
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "bytes_moved",
     "concat_plans",
     "plan_jobs",
+    "planned_split",
+    "resolution",
     "time_split",
 ]
 
@@ -135,12 +137,15 @@ def plan_jobs(
         )
     else:
         latency, bw_down, bw_up = (a[devices] for a in links)
-    download = transfer_seconds(payload.down, bw_down, latency)
-    upload = transfer_seconds(payload.up, bw_up, latency)
+    download = _transfer(payload.down, bw_down, latency)
+    upload = _transfer(payload.up, bw_up, latency)
     rate = fleet.dropout_rate[devices]
-    u = streams.uniform("dropout", devices, round)
-    with np.errstate(divide="ignore"):
-        fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
+    if rate.any():
+        u = streams.uniform("dropout", devices, round)
+        with np.errstate(divide="ignore"):
+            fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
+    else:  # no device can fail: skip the draws (keyed, so no other draw changes)
+        fail_after = np.full(devices.size, np.inf)
     n = devices.size
     return JobPlan(
         devices,
@@ -157,6 +162,55 @@ def plan_jobs(
         active_since=np.broadcast_to(np.asarray(t_start, dtype=np.float64), (n,)).copy(),
         moved=np.full((n, 2), np.nan),
     )
+
+
+def resolution(plan: JobPlan) -> tuple[Array, NDArray[np.bool_]]:
+    """Busy seconds from each job's start until it resolves, and whether it arrives.
+
+    On private links with the device always online a job is one race: it arrives after
+    ``download + compute + upload`` seconds unless its failure clock runs out strictly before
+    (then it is dropped at that instant). Both the one-timeout-per-job processes and the
+    event-free synchronous rounds play jobs out from these numbers.
+    """
+    total = plan.duration
+    arrives = plan.fail_after >= total
+    return np.where(arrives, total, plan.fail_after), arrives
+
+
+def planned_split(
+    plan: JobPlan, status: NDArray[np.int8], t_end: Array
+) -> tuple[Array, Array, Array, NDArray[np.int8]]:
+    """Busy seconds per stage and stages completed of jobs played out as planned.
+
+    The counterpart of :func:`time_split` for jobs on private links whose devices stay online:
+    nothing is tracked while they run, because where a job stands at any instant follows from
+    its plan. An arrived job completed every stage, a dropped one stopped at its failure
+    instant, and a job the server stopped (late or cancelled) at ``t_end``.
+
+    Returns
+    -------
+    download, compute, upload, progress
+        Seconds per stage, and the number of stages completed (0 to 3).
+    """
+    stages = np.stack([plan.download, plan.compute, plan.upload], axis=1)
+    ends = np.cumsum(stages, axis=1)  # busy seconds at the end of each stage
+    start = np.broadcast_to(np.asarray(plan.t_start, dtype=np.float64), plan.devices.shape)
+    elapsed = np.minimum(np.minimum(t_end - start, plan.fail_after), ends[:, 2])
+    elapsed = np.where(status == ARRIVED, ends[:, 2], elapsed)
+    elapsed = np.where(status == DROPPED, plan.fail_after, elapsed)
+    progress = (ends <= elapsed[:, None]).sum(axis=1).astype(np.int8)
+    begun = np.concatenate([np.zeros((plan.size, 1)), ends[:, :2]], axis=1)
+    stage = np.arange(3)[None, :]
+    current = np.maximum(elapsed[:, None] - begun, 0.0)
+    spent = np.where(
+        stage < progress[:, None], stages, np.where(stage == progress[:, None], current, 0.0)
+    )
+    return spent[:, 0], spent[:, 1], spent[:, 2], progress
+
+
+def _transfer(size: int, bandwidth: Array, latency: Array) -> Array:
+    """:func:`~simfl.network.transfer_seconds` of one payload size, in as few steps."""
+    return latency + size / bandwidth if size else latency.copy()
 
 
 def time_split(plan: JobPlan, t_end: Array) -> tuple[Array, Array, Array]:
@@ -178,14 +232,18 @@ def bytes_moved(
     down_s: Array,
     up_s: Array,
     links: tuple[Array, Array, Array] | None = None,
+    progress: NDArray[np.int8] | None = None,
 ) -> tuple[Array, Array]:
-    """Bytes each job moved: all of a completed transfer, the share of one in progress."""
+    """Bytes each job moved: all of a completed transfer, the share of one in progress.
+
+    ``progress`` (stages completed) defaults to the one the job processes kept in ``plan``.
+    """
     d = plan.devices
     if links is None:
         latency, bw_down, bw_up = fleet.latency[d], fleet.bandwidth_down[d], fleet.bandwidth_up[d]
     else:
         latency, bw_down, bw_up = (a[d] for a in links)
-    p = plan.progress
+    p = plan.progress if progress is None else progress
     part_down = np.where(
         np.isnan(plan.moved[:, 0]),
         bytes_delivered(down_s, plan.size_down, bw_down, latency),

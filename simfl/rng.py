@@ -51,6 +51,17 @@ def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return z ^ (z >> _S31)
 
 
+_MASK = (1 << 64) - 1
+_M1_INT, _M2_INT, _GOLDEN_INT, _FINAL_INT = (int(c) for c in (_M1, _M2, _GOLDEN, _FINAL))
+
+
+def _mix_int(z: int) -> int:
+    """:func:`_mix` on a Python int in ``[0, 2**64)``."""
+    z = ((z ^ (z >> 30)) * _M1_INT) & _MASK
+    z = ((z ^ (z >> 27)) * _M2_INT) & _MASK
+    return z ^ (z >> 31)
+
+
 @lru_cache(maxsize=4096)
 def _purpose_id(purpose: str) -> int:
     """Stable 64-bit identifier of a purpose string (not Python's salted ``hash``)."""
@@ -75,12 +86,13 @@ class Streams:
     True
     """
 
-    __slots__ = ("_seed", "_seed_key")
+    __slots__ = ("_seed", "_seed_int", "_seed_key")
 
     def __init__(self, seed: int) -> None:
         self._seed = check_int("seed", seed, low=0, high=2**63 - 1)
         with np.errstate(over="ignore"):
             self._seed_key = _mix(np.asarray(np.uint64(self._seed) + _GOLDEN, dtype=np.uint64))
+        self._seed_int = int(self._seed_key)
 
     @property
     def seed(self) -> int:
@@ -88,15 +100,27 @@ class Streams:
         return self._seed
 
     def _hash(self, purpose: str, keys: tuple[ArrayLike, ...]) -> NDArray[np.uint64]:
+        # The chain over scalar keys runs on Python ints (exactly the same arithmetic modulo
+        # 2**64, without numpy's per-scalar overhead); array keys switch to numpy.
+        z: int | NDArray[np.uint64] = _mix_int(self._seed_int ^ _purpose_id(purpose))
         with np.errstate(over="ignore"):
-            z = _mix(self._seed_key ^ np.uint64(_purpose_id(purpose)))
             for key in keys:
+                if isinstance(z, int) and isinstance(key, (int, np.integer)):
+                    if isinstance(key, bool) or key < 0:
+                        raise (ValueError if key < 0 else TypeError)(
+                            "random stream keys must be non-negative integers"
+                        )
+                    z = _mix_int((z + _GOLDEN_INT * (int(key) + 1)) & _MASK)
+                    continue
                 k = np.asarray(key)
                 if k.dtype.kind not in "iu":
                     raise TypeError(f"random stream keys must be integers, got dtype {k.dtype}")
                 if k.dtype.kind == "i" and k.size and k.min() < 0:
                     raise ValueError("random stream keys must be non-negative")
-                z = _mix(z + _GOLDEN * (k.astype(np.uint64) + _ONE))
+                zz = np.uint64(z) if isinstance(z, int) else z
+                z = _mix(zz + _GOLDEN * (k.astype(np.uint64) + _ONE))
+            if isinstance(z, int):
+                return np.asarray(np.uint64(_mix_int(z ^ _FINAL_INT)))
             return _mix(z ^ _FINAL)
 
     def uniform(self, purpose: str, *keys: ArrayLike) -> NDArray[np.float64]:

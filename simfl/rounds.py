@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, JobPlan
+from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, JobPlan, resolution
 
 if TYPE_CHECKING:
     from simfl.engine import RunContext
@@ -86,7 +86,7 @@ class RoundState:
         running = np.flatnonzero(self.status == RUNNING)
         self.status[running] = status
         self.t_end[running] = self.env.now
-        for j in running:
+        for j in running if self.procs else ():
             proc = self.procs[j]
             if proc.is_alive:
                 proc.interrupt(status)
@@ -127,10 +127,36 @@ def sync_round(
     env = run.env
     r = run.round
     t0 = env.now
-    cohort, repeats = np.unique(cohort, return_counts=True)  # drawn twice: one job, two votes
+    repeats = None
+    if not (cohort[1:] > cohort[:-1]).all():  # drawn twice: one job, two votes
+        cohort, repeats = np.unique(cohort, return_counts=True)
     if plan is None:
         plan = run.plan(cohort, key=r, stage=stage if speed_epoch is None else speed_epoch)
     rnd = RoundState(env, plan, plan.size if quota is None else min(quota, plan.size))
+    if run.batched and run.devices is None and plan.size:
+        yield from _batched_round(run, rnd, deadline, r, stage)
+    else:
+        yield from _process_round(run, rnd, deadline, r, stage)
+    status = rnd.status
+    b_down, b_up = run.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
+    close_aggregation(
+        run,
+        plan,
+        status,
+        round=r,
+        stage=stage,
+        t_start=t0,
+        bytes_moved=(b_down, b_up),
+        repeats=repeats,
+    )
+    return rnd
+
+
+def _process_round(
+    run: RunContext, rnd: RoundState, deadline: float | None, r: int, stage: int
+) -> Generator[Any, Any, None]:
+    """Play the round's jobs as SimPy processes until the round closes."""
+    env, plan = run.env, rnd.plan
     rnd.procs = run.start_jobs(plan, rnd.arrive, rnd.drop)
 
     def abandon() -> None:  # the run ends while this round is in flight
@@ -146,19 +172,92 @@ def sync_round(
         yield rnd.done | env.timeout(deadline)
     run.abandon = None
     rnd.close(LATE if not rnd.closed else CANCELLED)
-    status = rnd.status
-    b_down, b_up = run.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
-    close_aggregation(
-        run,
-        plan,
-        status,
-        round=r,
-        stage=stage,
-        t_start=t0,
-        bytes_moved=(b_down, b_up),
-        repeats=repeats,
-    )
-    return rnd
+
+
+def _settle(
+    rnd: RoundState,
+    t_res: NDArray[np.float64],
+    arrives: NDArray[np.bool_],
+    order: NDArray[np.int64],
+    t: float,
+) -> None:
+    """Set ``rnd`` to what the job processes would have made of it by time ``t``.
+
+    Jobs resolve in ``order`` (by time, ties by job index: the order their timeouts fire in);
+    each arrives or drops as ``rnd.arrive``/``rnd.drop`` would record it, until the round
+    closes (quota reached or every job resolved); later resolutions are ignored, as the
+    processes' would be.
+    """
+    plan = rnd.plan
+    due = order[: int(np.searchsorted(t_res[order], t, side="right"))]
+    got = arrives[due]
+    closing = np.flatnonzero(np.cumsum(got) >= rnd.quota)
+    last = int(closing[0]) + 1 if closing.size else due.size
+    due, got = due[:last], got[:last]
+    rnd.status[due] = np.where(got, ARRIVED, DROPPED)
+    rnd.t_end[due] = t_res[due]
+    rnd.n_arrived = int(got.sum())
+    rnd.n_resolved = int(due.size)
+    rnd.closed = rnd.n_arrived >= rnd.quota or rnd.n_resolved == plan.size
+
+
+def _delay_until(now: float, t: float) -> float:
+    """A delay ``d >= 0`` with ``now + d == t`` in floating point (so the clock lands on ``t``)."""
+    d = t - now
+    for _ in range(8):
+        reached = now + d
+        if reached == t:
+            return d
+        d = float(np.nextafter(d, math.inf if reached < t else -math.inf))
+    raise AssertionError(f"cannot land the clock on {t!r} from {now!r}")  # pragma: no cover
+
+
+def _batched_round(
+    run: RunContext, rnd: RoundState, deadline: float | None, r: int, stage: int
+) -> Generator[Any, Any, None]:
+    """The round without job events: its outcome follows from the plan in one vectorised step.
+
+    On private links with devices always online nothing interacts with a job once it starts,
+    so when each job arrives or drops is known up front. The server sleeps until the round
+    closes and then records exactly what :func:`_process_round` records, ties included: jobs
+    resolving at one instant count in job order, one resolving exactly at the deadline is in
+    time, and the server wakes on an event created at the closing instant (as the processes'
+    "round done" event is), so a run ending at that very instant abandons the round alike.
+    """
+    env, plan = run.env, rnd.plan
+    t0 = env.now
+    after, arrives = resolution(plan)
+    t_res = t0 + after  # when each job's timeout would fire
+    order = np.argsort(t_res, kind="stable")
+    closing = np.flatnonzero(np.cumsum(arrives[order]) >= rnd.quota)
+    n_due = int(closing[0]) + 1 if closing.size else plan.size  # resolved when it closes
+    t_close = float(t_res[order[n_due - 1]])
+    late = False
+    if deadline is not None:
+        t_deadline = t0 + deadline
+        if t_deadline < t_close:
+            t_close, late = t_deadline, True
+            n_due = int(np.searchsorted(t_res[order], t_deadline, side="right"))
+
+    def abandon() -> None:  # the run ends while this round is in flight
+        _settle(rnd, t_res, arrives, order, env.now)
+        received = rnd.status == ARRIVED
+        rnd.close(CANCELLED)
+        rnd.status[received] = CANCELLED  # received but never aggregated
+        run.record_jobs(plan, rnd.status, rnd.t_end, round=r, stage=stage)
+
+    run.abandon = abandon
+    yield env.timeout(_delay_until(t0, t_close))
+    yield env.timeout(0.0)  # wake on an event created now, like the processes' "done" event
+    run.abandon = None
+    due = order[:n_due]
+    rnd.status[due] = np.where(arrives[due], ARRIVED, DROPPED)
+    rnd.t_end[due] = t_res[due]
+    if n_due < plan.size:
+        rest = order[n_due:]
+        rnd.status[rest] = LATE if late else CANCELLED
+        rnd.t_end[rest] = t_close
+    rnd.closed = True
 
 
 def close_aggregation(
@@ -178,22 +277,23 @@ def close_aggregation(
     device was drawn (sampling with replacement), its update repeated that often.
     """
     accepted = status == ARRIVED
+    counts = np.bincount(status, minlength=4)  # statuses are 0..3 once a round is closed
     row: dict[str, Any] = {
         "round": round,
         "stage": stage,
         "t_start": t_start,
         "time": run.env.now,
-        "status": "ok" if accepted.any() else "empty",
+        "status": "ok" if counts[ARRIVED] else "empty",
         "n_selected": plan.size,
-        "n_arrived": int(accepted.sum()),
-        "n_dropped": int((status == DROPPED).sum()),
-        "n_late": int((status == LATE).sum()),
-        "n_cancelled": int((status == CANCELLED).sum()),
+        "n_arrived": int(counts[ARRIVED]),
+        "n_dropped": int(counts[DROPPED]),
+        "n_late": int(counts[LATE]),
+        "n_cancelled": int(counts[CANCELLED]),
         "bytes_down": bytes_moved[0],
         "bytes_up": bytes_moved[1],
-        "staleness_mean": 0.0 if accepted.any() else math.nan,
+        "staleness_mean": 0.0 if counts[ARRIVED] else math.nan,
     }
-    if accepted.any():
+    if counts[ARRIVED]:
         state = run.state
 
         def compute() -> tuple[Any, Any]:
