@@ -1,0 +1,67 @@
+"""Helpers of the benchmark suite: the common command line and the result table/files."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import resource
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+COLUMNS = ("target", "setting", "simfl", "baseline", "unit", "ratio", "goal", "passed", "note")
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=(description or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="reduced sizes (seconds; for tests)")
+    p.add_argument("--repeats", type=int, default=5, help="repeats; medians are reported")
+    p.add_argument("--out", default=str(RESULTS), help="directory for the JSON/CSV figures")
+    return p
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import numpy
+
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MiB (``ru_maxrss`` is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def report(rows: list[dict[str, Any]], out: str, name: str) -> None:
+    """Print the rows and write them to ``out/name.json`` and ``out/name.csv``."""
+    print(table(rows))
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"machine": machine(), "rows": rows}
+    (path / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    with open(path / f"{name}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path / name}.json and .csv")

@@ -1,0 +1,102 @@
+"""The benchmark suite: every performance target of simfl, side by side with its baseline.
+
+    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5] [--peers]
+
+1. engine throughput against bare SimPy (``engine_throughput.py``),
+2. FedRep-linear overhead against a plain numpy loop (``fedrep_overhead.py``),
+3. workload W1 against FLGo and Flower (``w1_simfl.py`` in the peers' harness): with
+   ``--peers`` the harness runs now (needs the peers' virtualenv, see ``w1_ratios.py``);
+   otherwise the ratios come from the last recorded harness run in ``results/``,
+4. a million-device fleet (``million.py``, in fresh processes),
+5. scaling curves against fleet and cohort size (``scaling.py``).
+
+Each prints the median of repeated, interleaved runs; all rows go to ``results/suite.json``
+and ``results/suite.csv`` with the machine they were measured on. Exit status 1 if a
+target is missed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_throughput
+import fedrep_overhead
+import scaling
+from _perf import HERE, parser, report
+
+
+def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
+    """Target 4 in fresh processes: median run time, highest peak RSS."""
+    args = ["--devices", "100000", "--cohort", "1000", "--rounds", "20"] if quick else []
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, str(HERE / "million.py"), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    total = statistics.median(r["total_s"] for r in runs)
+    rss = max(r["peak_rss_mb"] for r in runs)
+    r0 = runs[0]
+    return [
+        {
+            "target": "4 million devices",
+            "setting": f"{r0['devices']:,} devices, {r0['cohort']:,}/round, "
+            f"{r0['rounds']} rounds FedAvg linear ({r0['jobs']:,} jobs)",
+            "simfl": round(total, 2),
+            "baseline": 60.0,
+            "unit": "s (whole process)",
+            "ratio": round(total / 60.0, 3),
+            "goal": "< 60 s and < 2048 MiB",
+            "passed": total < 60.0 and rss < 2048.0,
+            "note": f"run only {statistics.median(r['run_s'] for r in runs):.2f} s; "
+            f"peak RSS {rss:.0f} MiB",
+        }
+    ]
+
+
+def peers(live: bool, repeats: int) -> list[dict[str, Any]]:
+    """Target 3 from the peers' harness (run now with ``live``)."""
+    cmd = [sys.executable, str(HERE / "w1_ratios.py"), "--rows"]
+    if live:
+        cmd += ["--run", "--repeats", str(repeats)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode not in (0, 1) or not out.stdout.strip():
+        sys.stderr.write(out.stderr[-2000:])
+        return [{"target": "3 W1 vs peers", "passed": False, "note": "could not run"}]
+    rows: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--only", default="1,2,3,4,5", help="comma list of targets to run")
+    p.add_argument("--peers", action="store_true", help="run the peers' harness now (slow)")
+    a = p.parse_args()
+    only = set(a.only.split(","))
+    rows: list[dict[str, Any]] = []
+    steps = {
+        "1": lambda: engine_throughput.measure(a.quick, a.repeats),
+        "2": lambda: fedrep_overhead.measure(a.quick, a.repeats),
+        "3": lambda: peers(a.peers, max(1, min(a.repeats, 3))),
+        "4": lambda: million(a.quick, max(1, min(a.repeats, 3))),
+        "5": lambda: scaling.measure(a.quick, max(1, min(a.repeats, 3))),
+    }
+    for key, step in steps.items():
+        if key in only:
+            print(f"# target {key} ...", file=sys.stderr, flush=True)
+            rows += step()
+    report(rows, a.out, "suite")
+    sys.exit(0 if all(r.get("passed") for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
