@@ -17,10 +17,24 @@ import time
 T0 = time.perf_counter()
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run, tasks  # noqa: E402
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process, MiB: ``VmHWM`` (reset by exec, unlike ``ru_maxrss``, which a
+    child started from a big parent inherits), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def main() -> None:
@@ -31,6 +45,12 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-clients", type=int, default=1000, help="clients evaluated")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--marginal",
+        action="store_true",
+        help="also run a quarter of the rounds first (after a warm-up run) and report the "
+        "marginal seconds per round (one-time costs cancel out)",
+    )
     a = p.parse_args()
     imported = time.perf_counter() - T0
     t = time.perf_counter()
@@ -47,9 +67,18 @@ def main() -> None:
         seed=a.seed,
     )
     built = time.perf_counter() - t
+    marginal = None
+    if a.marginal:
+        short = max(1, a.rounds // 4)
+        run(dataclasses.replace(sc, rounds=short), progress=False)  # warm-up (lazy imports)
+        t = time.perf_counter()
+        run(dataclasses.replace(sc, rounds=short), progress=False)
+        t_short = time.perf_counter() - t
     t = time.perf_counter()
     res = run(sc, progress=False)
     wall = time.perf_counter() - t
+    if a.marginal and a.rounds > short:
+        marginal = (wall - t_short) / (a.rounds - short)
     jobs = len(res.clients)
     assert jobs == a.rounds * a.cohort, jobs
     last = res.rounds.iloc[-1]
@@ -64,8 +93,9 @@ def main() -> None:
                 "build_s": round(built, 3),
                 "run_s": round(wall, 3),
                 "s_per_round": wall / a.rounds,
+                "marginal_s_per_round": marginal,
                 "total_s": round(time.perf_counter() - T0, 3),
-                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "peak_rss_mb": round(peak_rss_mb(), 1),
                 "sim_time": float(res.meta["sim_time"]),
                 "final_distance": float(last["distance"]),
                 "final_test_mse": float(last["test_mse"]),

@@ -1,0 +1,61 @@
+"""The benchmark suite's scripts run, and their baselines compute what they claim.
+
+No time is asserted (the machines are shared and noisy); the suite itself prints the ratios.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PERF = Path(__file__).resolve().parents[1] / "analysis" / "perf"
+sys.path.insert(0, str(PERF))
+
+import engine_throughput  # noqa: E402
+import fedrep_overhead  # noqa: E402
+
+
+def test_bare_simpy_baseline_simulates_rounds_of_the_slowest_job():
+    # 100 jobs of Exp(1): a round lasts their maximum, E = H_100 = 5.187
+    rounds = 400
+    t = engine_throughput.bare_simpy(rounds, seed=3)
+    h100 = sum(1 / i for i in range(1, 101))
+    assert t / rounds == pytest.approx(h100, rel=0.05)  # sd of the mean: 1.28/sqrt(400) = 1.2%
+
+
+def test_simfl_timing_workload_matches_the_baseline_in_expectation():
+    rounds = 400
+    h100 = sum(1 / i for i in range(1, 101))
+    assert engine_throughput.simfl_timing(rounds, seed=3) / rounds == pytest.approx(h100, rel=0.05)
+
+
+def test_plain_fedrep_is_the_same_algorithm_as_simfls():
+    # both reach FedRep's noise floor (n=1000, r=0.1): the same math, not a cheaper one
+    plain = fedrep_overhead.plain_fedrep(1000, 0.1, 60, seed=1)
+    simfl = fedrep_overhead.simfl_fedrep(1000, 0.1, 60, seed=1)
+    assert plain < 1e-3 and simfl < 1e-3
+    assert 0.2 < plain / simfl < 5
+
+
+def test_measures_return_complete_rows():
+    rows = engine_throughput.measure(quick=True, repeats=1)
+    row = rows[0]
+    assert row["simfl"] > 0 and row["baseline"] > 0 and np.isfinite(row["ratio"])
+    assert row["ratio"] == pytest.approx(row["simfl"] / row["baseline"], rel=0.5)
+
+
+def test_million_script_runs_small_and_records_every_job(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(PERF / "million.py"), "--devices", "5000", "--cohort", "50"]
+        + ["--rounds", "8", "--eval-clients", "10", "--marginal"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert row["jobs"] == 8 * 50
+    assert row["peak_rss_mb"] > 0 and row["marginal_s_per_round"] is not None
+    assert 0 <= row["final_distance"] <= 1
