@@ -37,7 +37,7 @@ from simfl.scenario import Scenario
 from simfl.store import Store
 from simfl.sweep import Case
 
-__all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target"]
+__all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target", "parser"]
 
 
 def _load(path: str | Path) -> Any:
@@ -248,8 +248,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``simfl`` console script."""
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``simfl`` command (subcommands run, sweep, report, show)."""
     parser = argparse.ArgumentParser(prog="simfl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a scenario file and save its results")
@@ -297,7 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_show = sub.add_parser("show", help="summarise a saved results directory or a store")
     p_show.add_argument("directory")
     p_show.set_defaults(func=_cmd_show)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``simfl`` console script."""
+    args = parser().parse_args(argv)
     try:
         code: int = args.func(args)
     except (ValueError, FileNotFoundError) as exc:

@@ -160,6 +160,12 @@ class Dask(Executor):
     client
         An existing ``distributed.Client`` (for example on a dask-jobqueue SLURM/PBS cluster);
         it is not closed by :meth:`close`.
+
+    Notes
+    -----
+    A local cluster starts its workers as new Python processes that import the main module, so
+    a script that starts one needs the usual ``if __name__ == "__main__":`` guard (``simfl
+    sweep`` has it).
     """
 
     name = "dask"

@@ -206,6 +206,7 @@ class Store:
             if results is not None:
                 results.save(tmp)
             (tmp / "run.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            _sync(tmp)
             if _rename_dir(tmp, final):
                 return True
             stored = self.record(record["run_id"])
@@ -235,6 +236,18 @@ class Store:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed += 1
         return removed
+
+
+def _sync(directory: Path) -> None:
+    """Flush the files of ``directory`` and the directory itself to disk before it is renamed."""
+    for path in (*directory.iterdir(), directory):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError:  # some filesystems cannot sync a directory; the rename still is atomic
+            pass
+        finally:
+            os.close(fd)
 
 
 def _rename_dir(src: Path, dst: Path) -> bool:

@@ -6,11 +6,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pandas as pd
 
 from simfl import Store
-from simfl.cli import main
+from simfl.cli import main, parser
 from simfl.store import VOLATILE
 
 GATED = textwrap.dedent(
@@ -146,3 +147,15 @@ def test_sweep_file_with_cases_and_show(tmp_path, capsys):
     assert "needs executor='dask'" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "not a simfl results store" in capsys.readouterr().err
+
+
+def test_readme_sweep_and_report_commands_parse():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    lines = [ln for ln in readme.splitlines() if ln.startswith(("simfl sweep", "simfl report"))]
+    assert len(lines) >= 3
+    assert any("--executor dask --scheduler tcp://host:8786 --store" in ln for ln in lines)
+    for line in lines:
+        args = parser().parse_args(line.split("#")[0].split()[1:])
+        assert args.command == "report" or (root / args.scenario).is_file()
+    assert "dask worker tcp://host:8786" in readme and "shares" in readme
