@@ -16,7 +16,8 @@ size, over the seeds of each:
 * ``staleness.png``: the staleness of the applied updates (0 for synchronous policies).
 
 The series column is a grid label other than the fleet size (``policy`` for
-``sweep.grid(base, policy=..., fleet=...)``), or the scenario name; ``by=`` chooses another.
+``sweep.grid(base, policy=..., fleet=...)``), or else the scenario name (a column
+``scenario``); ``by=`` chooses another.
 The target defaults to twice (``goal="min"``) or 98% of (``"max"``) the median over runs of each
 run's best value, rounded to two digits, so that typical runs reach it; ``target=`` sets it.
 """
@@ -70,7 +71,7 @@ def _series(frame: pd.DataFrame, runs: pd.DataFrame, by: str | None) -> tuple[pd
         return frame.assign(series=joined), "series"
     if axes:  # only a fleet-size axis: one series per remaining difference, the policy
         return frame.assign(series=frame["policy_name"].astype(str)), "series"
-    return frame.assign(label=frame["label"].astype(str)), "label"
+    return frame.assign(scenario=frame["label"].astype(str)), "scenario"
 
 
 def _default_target(frame: pd.DataFrame, metric: str, goal: str) -> float:
@@ -145,9 +146,17 @@ def _display(table: pd.DataFrame, by: str, metric: str) -> pd.DataFrame:
     )
     if "speedup" in table:
         out["speedup [95% CI]"] = [
-            "" if math.isnan(v[0]) else f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
-            for v in zip(
-                table["speedup"], table["speedup_ci_low"], table["speedup_ci_high"], strict=True
+            ""
+            if math.isnan(v[0])
+            else "target not reached"
+            if math.isinf(t)
+            else f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
+            for t, *v in zip(
+                table["mean_time"],
+                table["speedup"],
+                table["speedup_ci_low"],
+                table["speedup_ci_high"],
+                strict=True,
             )
         ]
     return out
@@ -339,7 +348,8 @@ def write_report(
         f"<title>simfl report: {where}</title><style>{_CSS}</style></head><body>",
         f"<h1>simfl report: <code>{where}</code></h1>",
         f"<p>{len(done)} finished runs, {len(failed)} failed: {len(series)} {html.escape(by)} "
-        f"values, fleet sizes {', '.join(map(str, sizes))} devices, {seeds}. Target: "
+        f"values, fleet size{'s' * (len(sizes) > 1)} {', '.join(map(str, sizes))} devices, "
+        f"{seeds}. Target: "
         f"<b>{html.escape(tgt)}</b> ({html.escape(target_note)}).</p>",
         f"<h2>Time to {html.escape(tgt)}</h2><p>Simulated seconds: mean over seeds with a "
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "

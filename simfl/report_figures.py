@@ -140,6 +140,25 @@ def speedup_figure(
     if not shown.empty:
         ax.set_ylabel(f"speedup over {baseline} (x)")
         ax.set_ylim(bottom=0)
+        missing = speed[(speed[by] != baseline) & ~speed.index.isin(shown.index)]
+        if len(missing):
+            where: dict[str, list[int]] = {}
+            for key, n in zip(missing[by], missing["n_devices"], strict=True):
+                where.setdefault(str(key), []).append(int(n))
+            names = "; ".join(
+                k if len(sizes) == 1 else f"{k} ({', '.join(map(str, v))} devices)"
+                for k, v in where.items()
+            )
+            ax.annotate(
+                f"not drawn (a seed of it or of {baseline} never reached the target): {names}",
+                xy=(0, 0),
+                xycoords="axes fraction",
+                xytext=(0, -75 if len(sizes) == 1 else -45),
+                textcoords="offset points",
+                va="top",
+                fontsize="small",
+                color="0.3",
+            )
     ax.set_title(f"Speedup in time to {target}")
     _save(fig, path)
 

@@ -168,7 +168,16 @@ def execute(spec: RunSpec) -> RunOutcome:
     records as an error is stored with status ``failed``, its traceback or error message, and
     whatever rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
     """
-    store = Store(spec.store) if spec.store is not None else None
+    store = None
+    if spec.store is not None:
+        try:
+            store = Store(spec.store)
+        except ValueError as exc:
+            raise RuntimeError(
+                f"the worker on {socket.gethostname()} cannot open the store {spec.store} ({exc}); "
+                f"workers write runs into it, so it must be on a filesystem they all share, at "
+                f"the same path"
+            ) from None
     if store is not None:
         stored = store.record(spec.run_id)
         if stored is not None and (stored["status"] == "done" or not spec.replace_failed):

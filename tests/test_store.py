@@ -15,7 +15,7 @@ import simfl
 from simfl import Fleet, Scenario, Store, dists, policies, sweep
 from simfl.executors import Inline, Processes, make_executor
 from simfl.fingerprint import fingerprint
-from simfl.worker import git_revision, make_spec, scenario_fingerprint
+from simfl.worker import execute, git_revision, make_spec, scenario_fingerprint
 from tests.helpers import BrokenFedRep, Ledger, timing_scenario, tiny_linear
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,3 +203,26 @@ def test_record_is_json_with_labels(tmp_path):
     assert record["labels"] == {"fleet": 12, "seed": 3} and record["seed"] == 3
     assert record["goals"] == {"distance": "min", "test_mse": "min"}
     assert isinstance(Scenario, type)
+
+
+class _Losing(Inline):
+    """An executor that loses its first run, the way a cluster loses a worker."""
+
+    def map_unordered(self, fn, items, *, keys=None):
+        yield 0, RuntimeError("worker lost")
+        for i, value in super().map_unordered(fn, items[1:]):
+            yield i + 1, value
+
+
+def test_runs_lost_by_the_executor_are_recorded_failed(tmp_path):
+    cases = [tiny_linear(seed=s) for s in (0, 1)]
+    out = simfl.sweep(cases, store=tmp_path / "s", executor=_Losing(), progress=False)
+    assert out.failed == out.run_ids[:1] and out.ran == out.run_ids
+    assert Store(tmp_path / "s").record(out.run_ids[0])["error"] == (
+        "executor error: RuntimeError: worker lost"
+    )
+    again = simfl.sweep(cases, store=tmp_path / "s", executor=_Losing(), retry_failed=True)
+    assert again.ran == out.run_ids[:1] and again.failed == out.run_ids[:1]
+    spec = make_spec(cases[0], {}, store=str(tmp_path / "elsewhere"))
+    with pytest.raises(RuntimeError, match="filesystem they all share"):
+        execute(spec)
