@@ -207,12 +207,13 @@ def utilisation_figure(
         frac = np.clip(total / max(float(sim_time or 0), 1e-300), 0.0, 1.0)
         parts.append(pd.DataFrame({by: series[run_id], "utilisation": frac}))
     data = pd.concat(parts, ignore_index=True)
+    high = min(1.0, max(0.1, float(np.ceil(data["utilisation"].max() * 10) / 10)))
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     sns.histplot(
         data=data,
         x="utilisation",
         hue=by,
-        bins=np.linspace(0, 1, 21),
+        bins=np.linspace(0, high, 21),
         stat="percent",
         common_norm=False,
         palette=colours,
@@ -224,7 +225,7 @@ def utilisation_figure(
     ax.set(
         xlabel="fraction of simulated time busy (download + compute + upload)",
         ylabel="devices (%)",
-        xlim=(0, 1),
+        xlim=(0, high),
         title="Device utilisation",
     )
     ax.grid(alpha=0.3)
@@ -249,7 +250,7 @@ def staleness_figure(
     if applied.empty:
         ax.text(0.5, 0.5, "no applied updates", ha="center", va="center", transform=ax.transAxes)
     else:
-        top = max(int(np.ceil(applied["staleness"].quantile(0.995))), 1)
+        top = int(np.ceil(applied["staleness"].quantile(0.995)))
         beyond = float((applied["staleness"] > top).mean())
         sns.histplot(
             data=applied[applied["staleness"] <= top],
@@ -264,6 +265,7 @@ def staleness_figure(
             ax=ax,
         )
         ax.set_xlim(-0.6, top + 0.6)
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1.0))  # bars reach 100%
         if top <= 25:
             ax.set_xticks(range(top + 1))
     ax.set(
