@@ -267,7 +267,10 @@ def parser() -> argparse.ArgumentParser:
     p_sweep.add_argument("--store", default=None, help="results store (default runs/sweep-FILE)")
     p_sweep.add_argument("--out", default=None, help=argparse.SUPPRESS)  # older name of --store
     p_sweep.add_argument(
-        "--executor", default="processes", choices=EXECUTORS, help="where runs execute"
+        "--executor",
+        default=None,
+        choices=EXECUTORS,
+        help="where runs execute (default: processes, or dask with --scheduler)",
     )
     p_sweep.add_argument(
         "--scheduler", default=None, help="running Dask scheduler, e.g. tcp://host:8786"

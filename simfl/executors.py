@@ -255,12 +255,14 @@ class Dask(Executor):
 
 
 def make_executor(
-    executor: str | Executor = "processes",
+    executor: str | Executor | None = None,
     *,
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> Executor:
     """An executor from its name (``"processes"``, ``"dask"``, ``"inline"``) or as given.
+
+    ``None`` means ``"dask"`` when a ``scheduler`` address is given, else ``"processes"``.
 
     Raises
     ------
@@ -271,6 +273,8 @@ def make_executor(
         if workers is not None or scheduler is not None:
             raise ValueError("workers= and scheduler= configure a named executor, not an object")
         return executor
+    if executor is None:
+        executor = "dask" if scheduler is not None else "processes"
     check_choice("sweep executor", executor, EXECUTORS)
     if scheduler is not None and executor != "dask":
         raise ValueError(f"scheduler= needs executor='dask', got executor={executor!r}")

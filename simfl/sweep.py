@@ -222,7 +222,7 @@ def sweep(
     cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case,
     *,
     store: str | os.PathLike[str] | Store | None = None,
-    executor: str | Executor = "processes",
+    executor: str | Executor | None = None,
     workers: int | None = None,
     scheduler: str | None = None,
     retry_failed: bool = False,
@@ -240,12 +240,12 @@ def sweep(
         directly, so on a multi-machine cluster it must be on a filesystem they share, at the
         same path. ``None``: results come back in memory (nothing is skipped or resumable).
     executor
-        ``"processes"`` (default), ``"dask"``, ``"inline"``, or an
-        :class:`~simfl.executors.Executor` object (which is not closed afterwards).
+        ``"processes"`` (the default without ``scheduler``), ``"dask"`` (the default with it),
+        ``"inline"``, or an :class:`~simfl.executors.Executor` object (not closed afterwards).
     workers
         Local processes, or the size of the local Dask cluster (default: the CPUs).
     scheduler
-        Address of a running Dask scheduler (``tcp://host:8786``); needs ``executor="dask"``.
+        Address of a running Dask scheduler (``tcp://host:8786``).
     retry_failed
         Run again the runs stored as ``failed`` (default: keep them and skip them).
     progress

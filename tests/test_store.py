@@ -143,6 +143,10 @@ def test_sweep_validates_its_inputs(tmp_path):
         make_executor("threads")
     with pytest.raises(ValueError, match="needs executor='dask'"):
         make_executor("processes", scheduler="tcp://localhost:8786")
+    assert make_executor(scheduler="tcp://10.0.0.5:8786").name == "dask"  # connects lazily
+    assert (
+        make_executor(workers=1).name == "inline" and make_executor(workers=2).name == "processes"
+    )
     with pytest.raises(ValueError, match=r"Processes.workers"):
         Processes(workers=0)
     with pytest.raises(ValueError, match=r"Scenario or a sweep\.Case"):

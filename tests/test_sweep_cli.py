@@ -142,7 +142,16 @@ def test_sweep_file_with_cases_and_show(tmp_path, capsys):
     assert main(["show", str(store)]) == 0
     shown = capsys.readouterr().out
     assert "8 runs, 8 done, 0 failed" in shown and "policy=f,fleet=12" in shown
-    bad = ["sweep", str(file), "--store", str(tmp_path / "x"), "--scheduler", "tcp://h:1"]
+    bad = [
+        "sweep",
+        str(file),
+        "--store",
+        str(tmp_path / "x"),
+        "--scheduler",
+        "tcp://h:1",
+        "--executor",
+        "processes",
+    ]
     assert main(bad) == 2
     assert "needs executor='dask'" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nothing")]) == 2
