@@ -17,13 +17,14 @@ both accuracy and simulated wall-clock time.
 (5, 50)
 """
 
-from simfl import algorithms, dists, policies, tasks
+from simfl import algorithms, dists, policies, sweep, tasks
 from simfl.engine import run
 from simfl.fleet import Fleet, Profile
 from simfl.network import Payload
 from simfl.results import Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario, Target
+from simfl.store import Store
 
 __all__ = [
     "Fleet",
@@ -31,11 +32,13 @@ __all__ = [
     "Profile",
     "Results",
     "Scenario",
+    "Store",
     "Streams",
     "Target",
     "algorithms",
     "dists",
     "policies",
     "run",
+    "sweep",
     "tasks",
 ]

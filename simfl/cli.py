@@ -4,12 +4,20 @@
     Load a scenario file, run it with a progress bar, write the results directory and print a
     summary. The file defines ``SCENARIO`` (a :class:`~simfl.Scenario`) or ``SCENARIOS`` (a dict
     of them; choose one with ``--pick``).
-``simfl sweep SCENARIO.py [--seeds 0-9] [--workers N] [--out DIR] [--target "distance<1e-3"]``
-    Run every scenario of a file for every seed on local processes, save each run under
-    ``DIR/NAME/seedK/`` and the tidy rounds of all runs as ``DIR/sweep.parquet``, and print the
-    time-to-target across seeds (mean with a bootstrap 95% CI) for each scenario.
+``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
+``[--scheduler tcp://host:8786] [--workers N] [--retry-failed] [--target "distance<1e-3"]``
+    Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
+    ``simfl.sweep.Case`` from ``sweep.grid``, whose labels become columns) for every seed, with
+    a progress bar over runs, into a results store (default ``runs/sweep-FILE``; ``--out`` is
+    an older name of ``--store``). Runs already in the store are skipped, so re-running a killed
+    sweep resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what
+    ran, was skipped or failed, and, with ``--target``, the time-to-target across seeds (mean
+    with a bootstrap 95% CI) for each scenario. Exit status 1 if any run of the sweep failed.
+``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
+``[--by COLUMN] [--baseline NAME]``
+    Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``).
 ``simfl show DIR``
-    Print the summary of a saved results directory.
+    Print the summary of a saved results directory, or of the runs of a store.
 """
 
 from __future__ import annotations
@@ -20,30 +28,45 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from simfl.engine import run
+from simfl.executors import EXECUTORS
 from simfl.results import Results
 from simfl.scenario import Scenario
+from simfl.store import Store
+from simfl.sweep import Case
 
-__all__ = ["load_scenarios", "main", "parse_seeds", "parse_target"]
+__all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target", "parser"]
 
 
-def load_scenarios(path: str | Path) -> dict[str, Scenario]:
-    """The scenarios a Python file exposes as ``SCENARIO`` or ``SCENARIOS``, by name.
-
-    Raises
-    ------
-    ValueError
-        If the file does not exist or defines neither name with scenarios in it.
-    """
+def _load(path: str | Path) -> Any:
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"scenario file {file} does not exist")
+    # not registered in sys.modules: cloudpickle then ships the file's own classes by value
     spec = importlib.util.spec_from_file_location(f"_simfl_scenario_{file.stem}", file)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import scenario file {file}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def load_scenarios(path: str | Path) -> dict[str, Scenario]:
+    """The scenarios a Python file exposes, by name.
+
+    ``SCENARIO`` and ``SCENARIOS``, or else the scenarios of its ``CASES``.
+
+    Raises
+    ------
+    ValueError
+        If the file does not exist or defines none of these names with scenarios in it.
+    """
+    return _scenarios(_load(path), Path(path))
+
+
+def _scenarios(module: Any, file: Path) -> dict[str, Scenario]:
     found: dict[str, Scenario] = {}
     single = getattr(module, "SCENARIO", None)
     if isinstance(single, Scenario):
@@ -51,11 +74,38 @@ def load_scenarios(path: str | Path) -> dict[str, Scenario]:
     many = getattr(module, "SCENARIOS", None)
     if isinstance(many, dict):
         found.update({str(k): v for k, v in many.items() if isinstance(v, Scenario)})
+    cases = getattr(module, "CASES", None)
+    if not found and isinstance(cases, (list, tuple)):
+        found.update({c.scenario.name: c.scenario for c in cases if isinstance(c, Case)})
     if not found:
         raise ValueError(
-            f"{file} must define SCENARIO (a simfl.Scenario) or SCENARIOS (a dict of them)"
+            f"{file} must define SCENARIO (a simfl.Scenario), SCENARIOS (a dict of them) or "
+            f"CASES (a list of simfl.sweep.Case)"
         )
     return found
+
+
+def load_cases(path: str | Path) -> list[Case]:
+    """The cases of a sweep file.
+
+    Its ``CASES`` (a list of ``simfl.sweep.Case``, e.g. from ``sweep.grid``, whose labels
+    become columns), or else one unlabelled case per scenario of :func:`load_scenarios`.
+
+    Raises
+    ------
+    ValueError
+        If the file does not exist, ``CASES`` holds something else, or there are no scenarios.
+    """
+    module = _load(path)
+    cases = getattr(module, "CASES", None)
+    if cases is None:
+        return [Case(sc, {}) for sc in _scenarios(module, Path(path)).values()]
+    if not isinstance(cases, (list, tuple)) or not cases:
+        raise ValueError(f"{path}: CASES must be a non-empty list of simfl.sweep.Case")
+    for i, case in enumerate(cases):
+        if not isinstance(case, Case):
+            raise ValueError(f"{path}: CASES[{i}] must be a simfl.sweep.Case, got {case!r}")
+    return list(cases)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -115,39 +165,91 @@ def parse_target(text: str) -> tuple[str, str, float]:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simfl import compare
-    from simfl.sweep import grid, run_all
+    from simfl.sweep import sweep
 
-    scenarios = load_scenarios(args.scenario)
+    cases = load_cases(args.scenario)
     seeds = parse_seeds(args.seeds)
     target = parse_target(args.target) if args.target else None
-    cases = [c for sc in scenarios.values() for c in grid(sc, seed=seeds)]
-    out = Path(args.out) if args.out else Path("runs") / f"sweep-{Path(args.scenario).stem}"
-    done = run_all(cases, workers=args.workers, progress=not args.quiet)
-    for case, res in zip(done.cases, done.results, strict=True):
-        res.save(out / case.scenario.name / f"seed{case.scenario.seed}")
-    frame = done.frame
-    frame.to_parquet(out / "sweep.parquet", index=False)
-    print(f"{len(cases)} runs ({len(scenarios)} scenarios x {len(seeds)} seeds) -> {out}/")
-    if target is not None:
+    grid = [
+        Case(
+            dataclasses.replace(c.scenario, seed=seed),
+            {**{k: v for k, v in c.labels.items() if k != "seed"}, "seed": seed},
+        )
+        for c in cases
+        for seed in seeds
+    ]
+    store = args.store or args.out or Path("runs") / f"sweep-{Path(args.scenario).stem}"
+    print(
+        f"{len(grid)} runs ({len(cases)} scenarios x {len(seeds)} seeds) -> {store}/",
+        flush=True,
+    )
+    try:
+        out = sweep(
+            grid,
+            store=store,
+            executor=args.executor,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            retry_failed=args.retry_failed,
+            progress=not args.quiet,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: finished runs are in {store}/; run the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    print(out.summary())
+    if target is not None and len(out.failed) < len(out.run_ids):
         metric, side, value = target
         below, above = (value, None) if side == "below" else (None, value)
-        table = compare.summarize_targets(frame, metric, below=below, above=above)
+        table = compare.summarize_targets(out.frame, metric, below=below, above=above)
         print(
             f"time to {metric} {'<=' if side == 'below' else '>='} {value:g} "
             f"(simulated seconds, mean over seeds with a 95% bootstrap CI):"
         )
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    failed = [r for r in done.results if not r.ok]
-    return 1 if failed else 0
+    return 1 if out.failed else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from simfl.report import write_report
+
+    store = Store(args.store)
+    target = parse_target(args.target) if args.target else None
+    out = Path(args.out) if args.out else store.path / "report"
+    index = write_report(
+        store,
+        out,
+        metric=args.metric,
+        target=target,
+        run=args.run,
+        by=args.by,
+        baseline=args.baseline,
+    )
+    print(f"report     {index}  ({len(list(out.glob('*.png')))} figures)")
+    return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    if (Path(args.directory) / "simfl-store.json").is_file():
+        runs = Store(args.directory).runs()
+        counts = runs["status"].value_counts()
+        print(
+            f"store      {args.directory}: {len(runs)} runs, "
+            + ", ".join(f"{int(counts.get(s, 0))} {s}" for s in ("done", "failed"))
+        )
+        columns = [
+            c for c in runs.columns if c not in ("error", "fingerprint", "started", "finished")
+        ]
+        print(runs[columns[: columns.index("n_rounds") + 1]].to_string(index=False))
+        return 0
     print(Results.load(args.directory).summary())
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``simfl`` console script."""
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``simfl`` command (subcommands run, sweep, report, show)."""
     parser = argparse.ArgumentParser(prog="simfl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a scenario file and save its results")
@@ -157,18 +259,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.add_argument("--pick", default=None, help="which of the file's SCENARIOS to run")
     p_run.add_argument("--quiet", action="store_true", help="no progress bar")
     p_run.set_defaults(func=_cmd_run)
-    p_sweep = sub.add_parser("sweep", help="run a file's scenarios over seeds, in parallel")
-    p_sweep.add_argument("scenario", help="Python file defining SCENARIO or SCENARIOS")
+    p_sweep = sub.add_parser(
+        "sweep", help="run a file's scenarios over seeds into a resumable results store"
+    )
+    p_sweep.add_argument("scenario", help="Python file defining SCENARIO, SCENARIOS or CASES")
     p_sweep.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 1,4,7 (default 0-4)")
-    p_sweep.add_argument("--workers", type=int, default=None, help="processes (default: CPUs)")
-    p_sweep.add_argument("--out", default=None, help="output directory (default runs/sweep-FILE)")
+    p_sweep.add_argument("--store", default=None, help="results store (default runs/sweep-FILE)")
+    p_sweep.add_argument("--out", default=None, help=argparse.SUPPRESS)  # older name of --store
+    p_sweep.add_argument(
+        "--executor",
+        default=None,
+        choices=EXECUTORS,
+        help="where runs execute (default: processes, or dask with --scheduler)",
+    )
+    p_sweep.add_argument(
+        "--scheduler", default=None, help="running Dask scheduler, e.g. tcp://host:8786"
+    )
+    p_sweep.add_argument(
+        "--workers", type=int, default=None, help="local processes or local Dask workers"
+    )
+    p_sweep.add_argument(
+        "--retry-failed", action="store_true", help="run again the runs stored as failed"
+    )
     p_sweep.add_argument("--target", default=None, help='e.g. "distance<1e-3": print time to it')
     p_sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     p_sweep.set_defaults(func=_cmd_sweep)
-    p_show = sub.add_parser("show", help="summarise a saved results directory")
+    p_report = sub.add_parser("report", help="figures and index.html from a results store")
+    p_report.add_argument("store", help="results store written by simfl sweep")
+    p_report.add_argument("--out", default=None, help="report folder (default STORE/report)")
+    p_report.add_argument("--metric", default=None, help="metric to plot (default: the first)")
+    p_report.add_argument(
+        "--target", default=None, help='e.g. "distance<1e-3" (default: chosen from the runs)'
+    )
+    p_report.add_argument("--run", default=None, help="run id for the Gantt chart")
+    p_report.add_argument(
+        "--by", default=None, help="column that names the compared series (default: guessed)"
+    )
+    p_report.add_argument("--baseline", default=None, help="series speedups are relative to")
+    p_report.set_defaults(func=_cmd_report)
+    p_show = sub.add_parser("show", help="summarise a saved results directory or a store")
     p_show.add_argument("directory")
     p_show.set_defaults(func=_cmd_show)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``simfl`` console script."""
+    args = parser().parse_args(argv)
     try:
         code: int = args.func(args)
     except (ValueError, FileNotFoundError) as exc:

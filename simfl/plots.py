@@ -4,8 +4,8 @@
   over seeds (each seed's curve is a step function of time: the last evaluated value).
 * :func:`metric_vs_rounds`: the same against the aggregation index.
 * :func:`speedup_vs`: speedups with their confidence intervals against a parameter (fleet size).
-* :func:`gantt`: a timeline of device jobs for a few rounds (download, compute, upload; late,
-  dropped and cancelled jobs marked).
+* :func:`gantt`: a timeline of device jobs for a few rounds, coloured by stage (download,
+  compute, upload; late, dropped and cancelled jobs marked) or by status.
 
 Each returns the matplotlib ``Axes`` it drew on; pass ``ax=`` to compose figures.
 """
@@ -20,7 +20,7 @@ import pandas as pd
 
 from simfl.results import Results
 
-__all__ = ["gantt", "metric_vs_rounds", "metric_vs_time", "speedup_vs"]
+__all__ = ["STATUS_COLORS", "gantt", "metric_vs_rounds", "metric_vs_time", "speedup_vs"]
 
 
 def _pyplot() -> Any:
@@ -86,14 +86,26 @@ def metric_vs_time(
     log_time: bool = False,
     target: float | None = None,
     points: int = 200,
+    palette: dict[Any, Any] | None = None,
 ) -> Any:
-    """A metric against simulated time: mean over seeds with a 95% bootstrap band per group."""
+    """A metric against simulated time: mean over seeds with a 95% bootstrap band per group.
+
+    ``palette`` maps groups to colours (keeps colours fixed across figures).
+    """
     import seaborn as sns
 
     ax = _axes(ax)
     data = on_grid(frame, metric, by=by, points=points, log_time=log_time)
     sns.lineplot(
-        data=data, x="time", y=metric, hue=by, errorbar=("ci", 95), ax=ax, n_boot=200, seed=0
+        data=data,
+        x="time",
+        y=metric,
+        hue=by,
+        errorbar=("ci", 95),
+        ax=ax,
+        n_boot=200,
+        seed=0,
+        palette=palette,
     )
     if target is not None:
         ax.axhline(target, color="0.3", ls=":", lw=1, label=f"target {target:g}")
@@ -109,7 +121,13 @@ def metric_vs_time(
 
 
 def metric_vs_rounds(
-    frame: pd.DataFrame, metric: str, *, by: str = "label", ax: Any = None, log_y: bool = True
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    by: str = "label",
+    ax: Any = None,
+    log_y: bool = True,
+    palette: dict[Any, Any] | None = None,
 ) -> Any:
     """A metric against the aggregation index, mean over seeds with a 95% band."""
     import seaborn as sns
@@ -117,7 +135,15 @@ def metric_vs_rounds(
     ax = _axes(ax)
     data = frame.dropna(subset=[metric])
     sns.lineplot(
-        data=data, x="round", y=metric, hue=by, errorbar=("ci", 95), ax=ax, n_boot=200, seed=0
+        data=data,
+        x="round",
+        y=metric,
+        hue=by,
+        errorbar=("ci", 95),
+        ax=ax,
+        n_boot=200,
+        seed=0,
+        palette=palette,
     )
     ax.set(xlabel="round (aggregations)", ylabel=metric, yscale="log" if log_y else "linear")
     ax.grid(alpha=0.3)
@@ -132,6 +158,7 @@ def speedup_vs(
     ax: Any = None,
     log_x: bool = True,
     xlabel: str | None = None,
+    palette: dict[Any, Any] | None = None,
 ) -> Any:
     """Speedups (columns ``speedup``, ``ci_low``, ``ci_high``) against column ``x``."""
     ax = _axes(ax)
@@ -146,6 +173,7 @@ def speedup_vs(
             marker="o",
             capsize=3,
             label=None if key is None else str(key),
+            color=None if palette is None or key is None else palette.get(key),
         )
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
     ax.set(
@@ -160,6 +188,13 @@ def speedup_vs(
 
 
 _STAGE_COLORS = {"download": "#8fb9e0", "compute": "#2f6fae", "upload": "#f0a34a"}
+#: Colours of job statuses in ``gantt(..., color="status")``: colour-blind-safe (Okabe-Ito).
+STATUS_COLORS = {
+    "arrived": "#009e73",
+    "late": "#e69f00",
+    "dropped": "#cc79a7",
+    "cancelled": "#999999",
+}
 
 
 def gantt(
@@ -168,13 +203,19 @@ def gantt(
     *,
     ax: Any = None,
     max_devices: int = 40,
+    color: str = "stage",
 ) -> Any:
     """Timeline of the device jobs of some rounds: one row per device, one bar per stage.
 
-    Late jobs get a red outline, cancelled ones a grey one, dropped jobs end with a black cross;
-    dotted lines mark the aggregations.
+    ``color="stage"`` (default): download, compute and upload in their own colours; late jobs
+    get a red outline, cancelled ones a grey one, dropped jobs end with a black cross.
+    ``color="status"``: each job in the colour of its status (arrived, late, dropped,
+    cancelled; :data:`STATUS_COLORS`), its transfers lighter than its compute. Dotted lines mark
+    the aggregations. At most ``max_devices`` devices are shown (the lowest device ids).
     """
     plt = _pyplot()
+    if color not in ("stage", "status"):
+        raise ValueError(f"gantt color must be 'stage' or 'status', got {color!r}")
     jobs = results.clients[results.clients["round"].isin(list(rounds))]
     devices = np.sort(jobs["device"].unique())[:max_devices]
     jobs = jobs[jobs["device"].isin(devices)]
@@ -184,34 +225,47 @@ def gantt(
     for job in jobs.itertuples():
         y = row[job.device]
         start = job.t_start
+        status = str(job.status)
         for stage in ("download", "compute", "upload"):
             width = getattr(job, stage)
             if width > 0:
-                ax.barh(
-                    y,
-                    width,
-                    left=start,
-                    height=0.7,
-                    color=_STAGE_COLORS[stage],
-                    edgecolor=edge.get(str(job.status), "none"),
-                    linewidth=1.2,
-                )
+                style: dict[str, Any]
+                if color == "stage":
+                    style = {"color": _STAGE_COLORS[stage], "edgecolor": edge.get(status, "none")}
+                else:
+                    alpha = 1.0 if stage == "compute" else 0.45
+                    style = {"color": STATUS_COLORS[status], "alpha": alpha, "edgecolor": "none"}
+                ax.barh(y, width, left=start, height=0.7, linewidth=1.2, **style)
             start += width
-        if job.status == "dropped":
+        if color == "status":  # a white edge keeps back-to-back jobs of a device apart
+            ax.barh(
+                y,
+                float(job.t_end) - float(job.t_start),  # type: ignore[arg-type]
+                left=job.t_start,
+                height=0.7,
+                fill=False,
+                edgecolor="white",
+                linewidth=1.0,
+            )
+        elif status == "dropped":
             ax.plot(job.t_end, y, marker="x", color="black", ms=6)
     for t in results.rounds.loc[results.rounds["round"].isin(list(rounds)), "time"]:
         ax.axvline(t, color="0.2", ls=":", lw=1)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _STAGE_COLORS.values()]
-    handles += [
-        plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="red"),
-        plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="0.45"),
-        plt.Line2D([], [], marker="x", color="black", ls="none"),
-        plt.Line2D([], [], color="0.2", ls=":"),
-    ]
-    labels = [*_STAGE_COLORS, "late", "cancelled", "dropped", "aggregation"]
-    ax.legend(
-        handles, labels, fontsize="small", ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18)
-    )
+    if color == "stage":
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _STAGE_COLORS.values()]
+        handles += [
+            plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="red"),
+            plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="0.45"),
+            plt.Line2D([], [], marker="x", color="black", ls="none"),
+        ]
+        labels = [*_STAGE_COLORS, "late", "cancelled", "dropped"]
+    else:
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in STATUS_COLORS.values()]
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="0.3", alpha=0.45))
+        labels = [*STATUS_COLORS, "(lighter: transfers)"]
+    handles.append(plt.Line2D([], [], color="0.2", ls=":"))
+    labels.append("aggregation")
+    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_yticks(range(len(devices)), [str(d) for d in devices], fontsize="small")
     ax.set(
         xlabel="simulated time (s)",

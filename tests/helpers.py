@@ -101,3 +101,48 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
 
     def with_shared(self, state: Any, shared: dict[str, NDArray[Any]]) -> Any:
         return (*state, ("async",))
+
+
+def tiny_linear(
+    policy: policies.Policy | None = None, n: int = 12, rounds: int = 6, seed: int = 0
+) -> Scenario:
+    """A run of a few milliseconds: FedRep on a small linear task, dropouts included."""
+    return Scenario(
+        name="tiny",
+        task=tasks.LinearRepresentation(d=6, k=2, samples_per_client=5, test_samples=20),
+        algorithm=algorithms.FedRep(),
+        fleet=Fleet.homogeneous(n, compute=dists.Exponential(mean=1.0), dropout_rate=0.1),
+        policy=policy or policies.Deadline(1.5, count=4),
+        rounds=rounds,
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class BrokenFedRep(algorithms.FedRep):
+    """Test double: FedRep that raises before its first round, so ``simfl.run`` itself raises."""
+
+    def initial_state(self, data: Any, streams: Streams) -> Any:
+        raise RuntimeError("broken on purpose")
+
+
+@dataclass(frozen=True)
+class GatedFedRep(algorithms.FedRep):
+    """Test double: FedRep that waits until the file ``flag`` exists before its first round.
+
+    Lets a test stop a sweep (or a worker) at a known point: while the gate is closed the run
+    is in flight, deterministically.
+    """
+
+    flag: str = ""
+
+    def initial_state(self, data: Any, streams: Streams) -> Any:
+        import os
+        import time
+
+        deadline = time.monotonic() + 120
+        while not os.path.exists(self.flag):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gate {self.flag} never opened")
+            time.sleep(0.02)
+        return super().initial_state(data, streams)

@@ -4,7 +4,7 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from simfl import Fleet, dists, plots, policies, run, sweep
+from simfl import Fleet, Store, dists, plots, policies, run, sweep
 from simfl.cli import main, parse_seeds, parse_target
 from tests.helpers import linear_scenario
 
@@ -107,8 +107,9 @@ def test_cli_sweep(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "4 runs (2 scenarios x 2 seeds)" in printed and "mean_time" in printed
-    assert (tmp_path / "o" / "sweep.parquet").is_file()
-    assert (tmp_path / "o" / "f" / "seed1" / "rounds.parquet").is_file()
+    assert "4 runs: 4 ran (4 done, 0 failed), 0 already in the store" in printed
+    frame = Store(tmp_path / "o").rounds()  # --out is the older name of --store
+    assert set(frame["label"]) == {"w", "f"} and set(frame["seed"]) == {0, 1}
 
 
 def test_cli_parsers():

@@ -1,0 +1,285 @@
+"""Where the runs of a sweep execute: in this process, on local processes, or on Dask.
+
+Every executor has one method, :meth:`Executor.map_unordered`: call a function on every item and
+yield ``(index, result)`` pairs as runs complete, in completion order. An error of the executor
+itself (a worker process that died, a Dask task lost too often) comes back as
+``(index, exception)`` so that the sweep can record that run as failed and go on; the function
+the sweep sends (:func:`simfl.worker.execute`) never raises for a failing scenario.
+
+* :class:`Inline` runs one item after the other here (debugging, ``workers=1``).
+* :class:`Processes` uses a pool of local processes (the default). If a worker process dies
+  (killed, out of memory), the pool is restarted and the runs in flight are tried again, up to
+  ``restarts`` times each.
+* :class:`Dask` submits runs to a ``distributed`` cluster: an existing scheduler
+  (``Dask("tcp://host:8786")``), a client you made (``Dask(client=Client(SLURMCluster(...)))``,
+  dask-jobqueue) or a local cluster of ``workers`` single-threaded processes. Dask re-runs the
+  task of a worker that died on another worker.
+
+Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import uuid
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, ClassVar, TypeVar
+
+from simfl._checks import check_choice, check_int
+
+__all__ = ["EXECUTORS", "Dask", "Executor", "Inline", "Processes", "make_executor"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Names accepted by :func:`make_executor` and ``simfl sweep --executor``.
+EXECUTORS = ("processes", "dask", "inline")
+
+
+class Executor(ABC):
+    """Runs a function over items somewhere, yielding results as they complete."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """Call ``fn`` on every item; yield ``(index, result or executor error)`` as each ends.
+
+        ``keys`` name the items for the executor's own monitoring (Dask's dashboard).
+        """
+
+    def describe(self) -> str:
+        """A short description for summaries, e.g. ``"processes (4 workers)"``."""
+        return self.name
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release workers and connections (idempotent)."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Inline(Executor):
+    """Run every item here, one after the other."""
+
+    name = "inline"
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """See :meth:`Executor.map_unordered`."""
+        for i, item in enumerate(items):
+            try:
+                value: R | Exception = fn(item)
+            except Exception as exc:
+                value = exc
+            yield i, value
+
+
+class Processes(Executor):
+    """A pool of local worker processes.
+
+    Parameters
+    ----------
+    workers
+        Number of processes (>= 1; default: the CPUs of this machine).
+    restarts
+        How many times a run in flight when worker processes died is tried again before it is
+        reported failed (>= 0).
+    """
+
+    name = "processes"
+
+    def __init__(self, workers: int | None = None, *, restarts: int = 2) -> None:
+        n = (os.cpu_count() or 1) if workers is None else workers
+        self.workers = check_int("Processes.workers", n, low=1)
+        self.restarts = check_int("Processes.restarts", restarts, low=0)
+
+    def describe(self) -> str:
+        """See :meth:`Executor.describe`."""
+        return f"processes ({self.workers} workers)"
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """See :meth:`Executor.map_unordered`."""
+        pending = deque(range(len(items)))
+        crashes = [0] * len(items)
+        while pending:
+            pool = ProcessPoolExecutor(max_workers=self.workers)
+            running: dict[Future[R], int] = {}
+            broken = False
+            try:
+                while (pending and not broken) or running:
+                    while pending and not broken and len(running) < self.workers:
+                        i = pending.popleft()
+                        running[pool.submit(fn, items[i])] = i
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        i = running.pop(future)
+                        try:
+                            value: R | Exception = future.result()
+                        except BrokenProcessPool as exc:
+                            broken = True
+                            crashes[i] += 1
+                            if crashes[i] <= self.restarts:
+                                pending.appendleft(i)
+                                continue
+                            value = RuntimeError(
+                                f"worker process died {crashes[i]} times while this run was in "
+                                f"flight ({exc})"
+                            )
+                        except Exception as exc:
+                            value = exc
+                        yield i, value
+            finally:
+                pool.shutdown(wait=not running, cancel_futures=True)
+
+
+class Dask(Executor):
+    """Runs on a Dask ``distributed`` cluster (the ``dask`` extra).
+
+    Parameters
+    ----------
+    scheduler
+        Address of a running scheduler, e.g. ``"tcp://10.0.0.5:8786"``.
+    workers
+        Without ``scheduler`` or ``client``: size of the local cluster started for the sweep
+        (single-threaded worker processes; default: the CPUs of this machine).
+    client
+        An existing ``distributed.Client`` (for example on a dask-jobqueue SLURM/PBS cluster);
+        it is not closed by :meth:`close`.
+
+    Notes
+    -----
+    A local cluster starts its workers as new Python processes that import the main module, so
+    a script that starts one needs the usual ``if __name__ == "__main__":`` guard (``simfl
+    sweep`` has it).
+    """
+
+    name = "dask"
+
+    def __init__(
+        self, scheduler: str | None = None, *, workers: int | None = None, client: Any = None
+    ) -> None:
+        if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+            raise ValueError(
+                f"Dask.scheduler must be an address like tcp://host:8786, got {scheduler!r}"
+            )
+        if sum(x is not None for x in (scheduler, client)) > 1:
+            raise ValueError("Dask takes a scheduler address or a client, not both")
+        if workers is not None:
+            check_int("Dask.workers", workers, low=1)
+            if scheduler is not None or client is not None:
+                raise ValueError(
+                    "Dask.workers sizes a local cluster; a running scheduler has its own workers"
+                )
+        self.scheduler = scheduler
+        self.workers = workers
+        self._client = client
+        self._owned: list[Any] = []
+        self._where = "your client" if client is not None else scheduler or "local cluster"
+
+    def client(self) -> Any:
+        """The ``distributed.Client``, connecting or starting a local cluster on first use."""
+        if self._client is not None:
+            return self._client
+        try:
+            distributed: Any = importlib.import_module("distributed")
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "the dask executor needs distributed: pip install 'simfl[dask]'"
+            ) from exc
+        if self.scheduler is not None:
+            self._client = distributed.Client(self.scheduler)
+        else:
+            cluster = distributed.LocalCluster(
+                n_workers=self.workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            self._owned.append(cluster)
+            self._client = distributed.Client(cluster)
+        self._owned.insert(0, self._client)
+        return self._client
+
+    def describe(self) -> str:
+        """See :meth:`Executor.describe`."""
+        return f"dask ({self._where}, {len(self.client().nthreads())} workers)"
+
+    def map_unordered(
+        self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """See :meth:`Executor.map_unordered`."""
+        client = self.client()
+        as_completed = importlib.import_module("distributed").as_completed
+        token = uuid.uuid4().hex[:8]
+        names = keys if keys is not None else [str(i) for i in range(len(items))]
+        futures = {
+            client.submit(fn, item, key=f"simfl-{name}-{token}", pure=False): i
+            for i, (name, item) in enumerate(zip(names, items, strict=True))
+        }
+        try:
+            for future in as_completed(list(futures)):
+                i = futures.pop(future)
+                try:
+                    value: R | Exception = future.result()
+                except Exception as exc:
+                    value = exc
+                future.release()
+                yield i, value
+        finally:
+            if futures:
+                client.cancel(list(futures))
+
+    def close(self) -> None:
+        """Close the client and local cluster this executor started (not a client you gave)."""
+        for thing in self._owned:
+            thing.close()
+        if self._owned:
+            self._client = None
+        self._owned = []
+
+
+def make_executor(
+    executor: str | Executor | None = None,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+) -> Executor:
+    """An executor from its name (``"processes"``, ``"dask"``, ``"inline"``) or as given.
+
+    ``None`` means ``"dask"`` when a ``scheduler`` address is given, else ``"processes"``.
+
+    Raises
+    ------
+    ValueError
+        If the name is unknown, or ``scheduler`` is given for an executor other than Dask.
+    """
+    if isinstance(executor, Executor):
+        if workers is not None or scheduler is not None:
+            raise ValueError("workers= and scheduler= configure a named executor, not an object")
+        return executor
+    if executor is None:
+        executor = "dask" if scheduler is not None else "processes"
+    check_choice("sweep executor", executor, EXECUTORS)
+    if scheduler is not None and executor != "dask":
+        raise ValueError(f"scheduler= needs executor='dask', got executor={executor!r}")
+    if executor == "dask":
+        return Dask(scheduler, workers=workers)
+    if executor == "inline" or workers == 1:
+        return Inline()
+    return Processes(workers)

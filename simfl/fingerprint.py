@@ -1,0 +1,135 @@
+"""Stable fingerprints of scenarios: equal scenarios give equal hashes on every machine.
+
+``repr`` is not enough: a fleet's repr summarises its columns and numpy abbreviates long arrays,
+so two different fleets can print alike. :func:`canonical` walks the object instead and writes
+every value that defines it (dataclass fields that take part in ``==``, slots, attributes, the
+bytes of numpy arrays, the code of functions) as JSON-able data; :func:`fingerprint` is the
+SHA-256 of that JSON. Nothing in it depends on memory addresses, hash seeds or the process.
+
+>>> from simfl import dists
+>>> fingerprint(dists.Exponential(1.0)) == fingerprint(dists.Exponential(1.0))
+True
+>>> fingerprint(dists.Exponential(1.0)) == fingerprint(dists.Exponential(2.0))
+False
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import re
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["canonical", "fingerprint"]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _name(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _function(fn: types.FunctionType, seen: set[int]) -> Any:
+    code = fn.__code__
+    cells = [c.cell_contents for c in fn.__closure__ or ()]
+    return {
+        "function": f"{fn.__module__}.{fn.__qualname__}",
+        "code": hashlib.sha256(code.co_code).hexdigest(),
+        "consts": _walk(
+            tuple(c for c in code.co_consts if not isinstance(c, types.CodeType)), seen
+        ),
+        "names": list(code.co_names),
+        "defaults": _walk(fn.__defaults__, seen),
+        "kwdefaults": _walk(fn.__kwdefaults__, seen),
+        "closure": _walk(cells, seen),
+    }
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare}
+    out: dict[str, Any] = {}
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                out[slot] = getattr(obj, slot)
+    # dunder attributes are caches and bookkeeping (networkx's __networkx_cache__), not values
+    out.update({k: v for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("__")})
+    return out
+
+
+def _walk(obj: Any, seen: set[int]) -> Any:
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return {"enum": _name(obj), "value": obj.name}
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return {"float": float(obj).hex()}
+    if isinstance(obj, complex):
+        return {"complex": [obj.real.hex(), obj.imag.hex()]}
+    if isinstance(obj, bytes):
+        return {"bytes": hashlib.sha256(obj).hexdigest()}
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            return {"array": obj.dtype.str, "shape": obj.shape, "items": _walk(obj.tolist(), seen)}
+        data = np.ascontiguousarray(obj).tobytes()
+        return {
+            "array": obj.dtype.str,
+            "shape": obj.shape,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    if isinstance(obj, type):
+        return {"class": _name(obj)}
+    if isinstance(obj, types.FunctionType):
+        return _function(obj, seen)
+    if isinstance(obj, (types.BuiltinFunctionType, types.ModuleType)):
+        return {"ref": f"{getattr(obj, '__module__', None)}.{obj.__name__}"}
+    if id(obj) in seen:
+        raise ValueError(f"cannot fingerprint a self-referencing object: {_name(obj)}")
+    seen = seen | {id(obj)}
+    if isinstance(obj, (list, tuple)):
+        return {type(obj).__name__: [_walk(v, seen) for v in obj]}
+    if isinstance(obj, (set, frozenset)):
+        items = [_walk(v, seen) for v in obj]
+        return {"set": sorted(items, key=lambda v: json.dumps(v, sort_keys=True))}
+    if isinstance(obj, Mapping):
+        pairs = [[_walk(k, seen), _walk(v, seen)] for k, v in obj.items()]
+        return {"map": sorted(pairs, key=lambda p: json.dumps(p[0], sort_keys=True))}
+    if isinstance(obj, types.MethodType):
+        return {"method": obj.__func__.__qualname__, "self": _walk(obj.__self__, seen)}
+    attributes = _attributes(obj)
+    if attributes or dataclasses.is_dataclass(obj) or hasattr(obj, "__slots__"):
+        return {"object": _name(obj), "fields": {k: _walk(v, seen) for k, v in attributes.items()}}
+    text = repr(obj)
+    if _ADDRESS.search(text):
+        raise ValueError(
+            f"cannot fingerprint {_name(obj)}: it has no fields, slots or attributes and its "
+            f"repr holds a memory address ({text}); make it a dataclass"
+        )
+    return {"repr": _name(obj), "text": text}
+
+
+def canonical(obj: Any) -> str:
+    """A JSON text that identifies ``obj`` by value (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        If ``obj`` contains a reference cycle or an opaque object whose repr is a memory address.
+    """
+    return json.dumps(_walk(obj, set()), sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(obj: Any) -> str:
+    """SHA-256 (hex) of :func:`canonical`: equal for equal scenarios, on every machine."""
+    return hashlib.sha256(canonical(obj).encode()).hexdigest()

@@ -1,0 +1,229 @@
+"""One run of a sweep, as a worker sees it: what to run, the run itself, and its provenance.
+
+The sweep turns every case into a :class:`RunSpec` (the scenario pickled with ``cloudpickle``,
+so classes defined in a scenario file or a notebook travel by value to any worker), and an
+executor calls :func:`execute` on a worker. :func:`execute` runs the scenario, catches anything
+it raises, and writes the run into the store itself, so that only a small record travels back
+to the sweep (never the model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import platform
+import re
+import socket
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from simfl.engine import run
+from simfl.fingerprint import fingerprint
+from simfl.results import Results
+from simfl.scenario import Scenario
+from simfl.store import Store
+
+__all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs for one run.
+
+    Attributes
+    ----------
+    run_id
+        The run's directory name in the store: ``<name>-<fingerprint[:12]>-s<seed>``.
+    payload
+        The :class:`~simfl.Scenario`, pickled with ``cloudpickle``.
+    info
+        The run's record before it runs: ``name``, ``seed``, ``labels``, ``position``,
+        ``fingerprint``, ``n_devices``, ``algorithm_name``, ``policy_name``, ``metrics``, ``goals``,
+        ``git_revision``.
+    store
+        Where the worker writes the run (``None``: it returns the results instead).
+    replace_failed
+        Replace a stored ``failed`` record of this run.
+    """
+
+    run_id: str
+    payload: bytes
+    info: dict[str, Any]
+    store: str | None = None
+    replace_failed: bool = False
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a worker sends back: the run's record, and its results only when there is no store.
+
+    ``fresh`` is false when the run was found already stored (a Dask task re-run after its
+    worker was lost, or a duplicate), so it was not counted twice.
+    """
+
+    record: dict[str, Any]
+    results: Results | None = None
+    fresh: bool = True
+
+
+def scenario_fingerprint(scenario: Scenario) -> str:
+    """SHA-256 of everything that defines ``scenario`` except its seed (name included)."""
+    fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+    fields.pop("seed")
+    return fingerprint({"scenario": type(scenario).__qualname__, **fields})
+
+
+def _label(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
+def make_spec(
+    scenario: Scenario,
+    labels: dict[str, Any],
+    *,
+    position: int = 0,
+    store: str | None = None,
+    git: str | None = None,
+    replace_failed: bool = False,
+) -> RunSpec:
+    """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values)."""
+    fp = scenario_fingerprint(scenario)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
+    task = scenario.task
+    info = {
+        "name": scenario.name,
+        "seed": scenario.seed,
+        "labels": {str(k): _label(v) for k, v in labels.items()},
+        "position": position,
+        "fingerprint": fp,
+        "n_devices": scenario.fleet.size,
+        "algorithm_name": scenario.algorithm.name,
+        "policy_name": scenario.policy.name,
+        "metrics": list(task.metrics) if task is not None else [],
+        "goals": dict(task.goals) if task is not None else {},
+        "git_revision": git,
+    }
+    return RunSpec(
+        f"{slug}-{fp[:12]}-s{scenario.seed}",
+        cloudpickle.dumps(scenario),
+        info,
+        store,
+        replace_failed,
+    )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _simfl_version() -> str:
+    try:
+        return version("simfl")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def record_of(
+    spec: RunSpec,
+    error: str | None,
+    *,
+    started: str | None = None,
+    seconds: float | None = None,
+    results: Results | None = None,
+) -> dict[str, Any]:
+    """The provenance record of a run: ``failed`` if ``error`` is given, else ``done``."""
+    meta = results.meta if results is not None else {}
+    return {
+        **spec.info,
+        "run_id": spec.run_id,
+        "status": "done" if error is None else "failed",
+        "error": error,
+        "simfl_version": _simfl_version(),
+        "python": platform.python_version(),
+        "started": started or _now(),
+        "finished": _now(),
+        "host": socket.gethostname(),
+        "host_seconds": seconds,
+        "sim_time": meta.get("sim_time"),
+        "n_rounds": 0 if results is None else len(results.rounds),
+        "stop_reason": meta.get("stop_reason"),
+    }
+
+
+def execute(spec: RunSpec) -> RunOutcome:
+    """Run one spec and store it; never raises for a failing scenario (it is recorded failed).
+
+    A run that raises (even while the scenario is unpickled or built) or that ``simfl.run``
+    records as an error is stored with status ``failed``, its traceback or error message, and
+    whatever rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
+    """
+    store = None
+    if spec.store is not None:
+        try:
+            store = Store(spec.store)
+        except ValueError as exc:
+            raise RuntimeError(
+                f"the worker on {socket.gethostname()} cannot open the store {spec.store} ({exc}); "
+                f"workers write runs into it, so it must be on a filesystem they all share, at "
+                f"the same path"
+            ) from None
+    if store is not None:
+        stored = store.record(spec.run_id)
+        if stored is not None and (stored["status"] == "done" or not spec.replace_failed):
+            return RunOutcome(stored, fresh=False)
+    started, clock = _now(), time.perf_counter()
+    results: Results | None = None
+    error: str | None = None
+    try:
+        scenario = pickle.loads(spec.payload)
+        results = run(scenario, progress=False)
+    except Exception:
+        error = traceback.format_exc()
+    if results is not None:
+        if results.meta.get("status") == "interrupted":
+            raise KeyboardInterrupt
+        if not results.ok:
+            error = str(results.meta.get("error") or f"run ended {results.meta.get('status')}")
+        results = dataclasses.replace(results, state=None)
+    record = record_of(
+        spec, error, started=started, seconds=time.perf_counter() - clock, results=results
+    )
+    if store is None:
+        return RunOutcome(record, results)
+    if store.publish(record, results, replace_failed=spec.replace_failed):
+        return RunOutcome(record)
+    return RunOutcome(store.record(spec.run_id) or record, fresh=False)
+
+
+def git_revision(path: str | Path | None = None) -> str | None:
+    """The git commit of the working tree at ``path`` (default: the current directory).
+
+    ``+dirty`` is appended if tracked files changed; ``None`` outside git or without git.
+    """
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
