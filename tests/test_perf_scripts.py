@@ -48,9 +48,9 @@ def test_measures_return_complete_rows():
 
 
 def test_million_script_runs_small_and_records_every_job(tmp_path):
+    args = ["--devices", "5000", "--cohort", "50", "--rounds", "8", "--eval-clients", "10"]
     out = subprocess.run(
-        [sys.executable, str(PERF / "million.py"), "--devices", "5000", "--cohort", "50"]
-        + ["--rounds", "8", "--eval-clients", "10", "--marginal"],
+        [sys.executable, str(PERF / "million.py"), *args, "--marginal"],
         capture_output=True,
         text=True,
         check=True,

@@ -4,9 +4,9 @@ FedAvg on the linear task (as ``million.py``, evaluated on 10 clients at the sta
 end only, since evaluation is not what is measured), each point a fresh process (so its peak RSS is
 its own): fleet sizes 10^3 ... 10^6 with 100 devices per round, and cohort sizes 10 ... 10^4
 on a 10^6-device fleet. Time per round is the marginal cost of a round (a run of a quarter of
-the rounds is subtracted, so set-up and evaluation cancel out). It should not grow with the fleet (only the selected
-devices are simulated) and at most linearly with the cohort; memory grows with the fleet's
-columns and the recorded job rows. Prints the log-log slopes and saves
+the rounds is subtracted, so set-up and evaluation cancel out). It should not grow with the
+fleet (only the selected devices are simulated) and at most linearly with the cohort; memory
+grows with the fleet's columns and the recorded job rows. Prints the log-log slopes and saves
 ``analysis/figures/perf_scaling.png``.
 
     python analysis/perf/scaling.py [--quick] [--repeats 3]
@@ -86,9 +86,11 @@ def figure(data: dict[str, list[dict[str, Any]]], out: Path) -> Path:
     ):
         rows = data[name]
         x = np.array([r[x_key] for r in rows], dtype=float)
-        for row, (y_key, y_label) in enumerate(
-            (("s_per_round", "host seconds per round (marginal)"), ("peak_rss_mb", "peak RSS (MiB)"))
-        ):
+        panels = (
+            ("s_per_round", "host seconds per round (marginal)"),
+            ("peak_rss_mb", "peak RSS (MiB)"),
+        )
+        for row, (y_key, y_label) in enumerate(panels):
             ax = axes[row, col]
             y = np.array([r[y_key] for r in rows], dtype=float)
             ax.loglog(x, y, "o-", label="simfl")
