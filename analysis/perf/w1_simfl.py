@@ -61,7 +61,10 @@ def add_cli(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument(
-        "--mean-latency", type=float, default=1.0, help="mean of Exp per-round client latency (sim. s)"
+        "--mean-latency",
+        type=float,
+        default=1.0,
+        help="mean of Exp per-round client latency (sim. s)",
     )
     return p
 

@@ -159,7 +159,9 @@ def _pair(field_name: str, pair: Any) -> tuple[Array, IntArray]:
     try:
         x_raw, y_raw = pair
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{field_name} must be an (x, y) pair of arrays, got {pair!r:.60}") from exc
+        raise ValueError(
+            f"{field_name} must be an (x, y) pair of arrays, got {pair!r:.60}"
+        ) from exc
     x = np.ascontiguousarray(x_raw, dtype=np.float32)
     y = np.asarray(y_raw)
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
@@ -174,7 +176,7 @@ def _pair(field_name: str, pair: Any) -> tuple[Array, IntArray]:
 
 
 class ClassificationTask(Task):
-    """Tasks whose bound data are :class:`ClassificationData` (softmax classifiers train on them)."""
+    """Tasks bound to :class:`ClassificationData` (what softmax classifiers train on)."""
 
     metrics: ClassVar[tuple[str, ...]] = ("accuracy", "loss")
     goals: ClassVar[dict[str, str]] = {"accuracy": "max", "loss": "min"}
