@@ -22,6 +22,9 @@ Same flags and the same JSON last stdout line as the peers' ``flgo_w1.py``, so t
   ``setup_s`` runs from process start until that call (imports, data, scenario).
 
 Logs go to stderr; ``--profile N`` also prints cProfile's top N functions of the run to stderr.
+``--sim-seed S`` reseeds simfl's own randomness (initial model, client sampling, latencies,
+shuffles) while the data stay those of ``--seed``: the spread of accuracy over ``S`` is the
+noise against which simfl's and the peers' accuracies are compared.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def scenario(a: argparse.Namespace) -> Scenario:
         policy=policies.WaitAll(count=a.per_round),
         rounds=a.rounds,
         eval_every=a.eval_every,
-        seed=a.seed,
+        seed=a.seed if getattr(a, "sim_seed", None) is None else a.sim_seed,
         name="w1",
     )
 
@@ -90,6 +93,13 @@ def scenario(a: argparse.Namespace) -> Scenario:
 def main() -> None:
     p = add_cli()
     p.add_argument("--profile", type=int, default=0, help="print cProfile's top N to stderr")
+    p.add_argument(
+        "--sim-seed",
+        type=int,
+        default=None,
+        help="seed of simfl's streams (init, sampling, latencies, shuffles); default --seed. "
+        "The data always come from --seed, as for the peers",
+    )
     a = p.parse_args()
     sc = scenario(a)
     setup_s = time.perf_counter() - T0

@@ -122,22 +122,24 @@ def sgd_epoch(
     k = params.shape[1]
     hot = (y[:, None, :] == np.arange(k)[:, None]).astype(np.float32)  # (C, k, n)
     xt = x.transpose(0, 2, 1)
-    # per-sample log-sum-exp and label logit, reduced once at the end of the epoch
+    ones = np.ones((1, 1, k), dtype=np.float32)  # sums over the classes as (fast) products
+    # per-sample log-sum-exp and label logit (both shifted), reduced at the end of the epoch
     lse = np.empty((c, 1, n), dtype=np.float32)
-    z_label = np.empty((c, k, n), dtype=np.float32)
+    z_label = np.empty((c, 1, n), dtype=np.float32)
     for lo in range(0, n, batch_size):
         hi = min(lo + batch_size, n)
+        hot_b = hot[:, :, lo:hi]
         z = params @ xt[:, :, lo:hi]  # logits (C, k, m), the bias through the ones column
         z -= z.max(axis=1, keepdims=True)
-        np.multiply(z, hot[:, :, lo:hi], out=z_label[:, :, lo:hi])
-        p = np.exp(z, out=z)
-        total = p.sum(axis=1, keepdims=True)
+        np.matmul(ones, z * hot_b, out=z_label[:, :, lo:hi])
+        np.exp(z, out=z)
+        total = ones @ z
         np.log(total, out=lse[:, :, lo:hi])
-        p /= total
-        p -= hot[:, :, lo:hi]
-        p *= np.float32(lr / (hi - lo))  # lr x the gradient of the batch's mean loss wrt z
-        params -= p @ x[:, lo:hi]
-    per_sample = lse[:, 0].astype(np.float64) - z_label.sum(axis=1, dtype=np.float64)
+        step = np.float32(lr / (hi - lo))
+        z *= step / total  # softmax probabilities, times lr / m
+        z -= step * hot_b  # lr x the gradient of the batch's mean loss with respect to z
+        params -= z @ x[:, lo:hi]
+    per_sample = (lse - z_label)[:, 0].astype(np.float64)
     starts = np.arange(0, n, batch_size)
     sizes = np.diff(np.append(starts, n))
     return np.asarray((np.add.reduceat(per_sample, starts, axis=1) / sizes).sum(axis=1))
@@ -221,7 +223,7 @@ class SoftmaxFedAvg(Algorithm[SoftmaxFedAvgState]):
                 total += sgd_epoch(params, x, y, self.lr, self.batch_size)
             out[pos] = params
             loss[pos] = total / state.steps[group]
-        out_w = out[:, :, :d].transpose(0, 2, 1)
+        out_w = np.ascontiguousarray(out[:, :, :d].transpose(0, 2, 1))
         out_b = out[:, :, d]
         return {
             "weight": out_w,
@@ -235,7 +237,8 @@ class SoftmaxFedAvg(Algorithm[SoftmaxFedAvgState]):
     ) -> SoftmaxFedAvgState:
         """The sample-size-weighted average of the clients' models."""
         share = updates["n_samples"] / updates["n_samples"].sum()
-        weight = np.tensordot(share, updates["weight"].astype(np.float64), axes=1)
+        c, d, k = updates["weight"].shape
+        weight = (share @ updates["weight"].reshape(c, d * k).astype(np.float64)).reshape(d, k)
         bias = share @ updates["bias"].astype(np.float64)
         return SoftmaxFedAvgState(weight.astype(np.float32), bias.astype(np.float32), state.steps)
 
