@@ -5,7 +5,7 @@
 1. engine throughput against bare SimPy (``engine_throughput.py``),
 2. FedRep-linear overhead against a plain numpy loop (``fedrep_overhead.py``),
 3. workload W1 against FLGo and Flower (``w1_simfl.py`` in the peers' harness): with
-   ``--peers`` the harness runs now (needs the peers' virtualenv, see ``w1_ratios.py``);
+   ``--peers PYTHON`` the harness runs now with the peers' virtualenv (see ``w1_ratios.py``);
    otherwise the ratios come from the last recorded harness run in ``results/``,
 4. a million-device fleet (``million.py``, in fresh processes),
 5. scaling curves against fleet and cohort size (``scaling.py``).
@@ -63,11 +63,11 @@ def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     ]
 
 
-def peers(live: bool, repeats: int) -> list[dict[str, Any]]:
-    """Target 3 from the peers' harness (run now with ``live``)."""
+def peers(python: str | None, repeats: int) -> list[dict[str, Any]]:
+    """Target 3 from the peers' harness (run now if given the peers' ``python``)."""
     cmd = [sys.executable, str(HERE / "w1_ratios.py"), "--rows"]
-    if live:
-        cmd += ["--run", "--repeats", str(repeats)]
+    if python:
+        cmd += ["--run", python, "--repeats", str(repeats)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode not in (0, 1) or not out.stdout.strip():
         sys.stderr.write(out.stderr[-2000:])
@@ -79,7 +79,11 @@ def peers(live: bool, repeats: int) -> list[dict[str, Any]]:
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--only", default="1,2,3,4,5", help="comma list of targets to run")
-    p.add_argument("--peers", action="store_true", help="run the peers' harness now (slow)")
+    p.add_argument(
+        "--peers",
+        metavar="PYTHON",
+        help="run the peers' harness now with their virtualenv's python (about 10 minutes)",
+    )
     a = p.parse_args()
     only = set(a.only.split(","))
     rows: list[dict[str, Any]] = []

@@ -32,9 +32,16 @@ noise against which simfl's and the peers' accuracies are compared.
 
 from __future__ import annotations
 
+import os
 import time
 
 T0 = time.perf_counter()
+
+# One BLAS thread, as the peers train: FLGo sets torch_num_threads=1 and Flower's actors one CPU
+# each. W1's products are tiny, and waking a second BLAS thread for each costs more than it
+# saves on 2 cores (set OPENBLAS_NUM_THREADS etc. to override).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402

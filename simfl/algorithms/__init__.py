@@ -7,6 +7,7 @@ from simfl.algorithms.lg_interpolation import LGInterpolation, LGInterpolationSt
 from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
 from simfl.algorithms.linear_fedrep import FedRep, FedRepState
+from simfl.algorithms.softmax_fedavg import SoftmaxFedAvg, SoftmaxFedAvgState
 from simfl.algorithms.timing import TimingOnly
 
 __all__ = [
@@ -25,6 +26,8 @@ __all__ = [
     "LGInterpolationState",
     "LocalOnly",
     "LocalOnlyState",
+    "SoftmaxFedAvg",
+    "SoftmaxFedAvgState",
     "TimingOnly",
     "Updates",
 ]
