@@ -159,7 +159,11 @@ def plan_jobs(
         np.full(n, float(payload.up)),
         progress=np.zeros(n, dtype=np.int8),
         spent=np.zeros((n, 3)),
-        active_since=np.broadcast_to(np.asarray(t_start, dtype=np.float64), (n,)).copy(),
+        active_since=(
+            np.full(n, float(t_start))
+            if np.ndim(t_start) == 0
+            else np.array(t_start, dtype=np.float64)
+        ),
         moved=np.full((n, 2), np.nan),
     )
 

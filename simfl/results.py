@@ -129,12 +129,17 @@ class Recorder:
         jobs: dict[str, Any] = {}
         for c in _JOB_COLUMNS:
             parts = self._jobs[c]
-            dtype = np.int64 if c in _INT_COLUMNS or c == "status" else np.float64
-            jobs[c] = np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
+            dtype = np.int8 if c == "status" else np.int64 if c in _INT_COLUMNS else np.float64
+            # one copy per column; int8 codes make the categorical's range check cheap
+            jobs[c] = (
+                np.concatenate(parts, dtype=dtype, casting="unsafe")
+                if parts
+                else np.empty(0, dtype)
+            )
         jobs["status"] = pd.Categorical.from_codes(
             jobs["status"], dtype=pd.CategoricalDtype(list(STATUSES))
         )
-        clients = pd.DataFrame(jobs)
+        clients = pd.DataFrame(jobs, copy=False)  # the columns are this frame's own
         rounds_cols: dict[str, Any] = {}
         for c, values in self._rounds.items():
             if c == "status":

@@ -117,8 +117,12 @@ class Streams:
                     raise TypeError(f"random stream keys must be integers, got dtype {k.dtype}")
                 if k.dtype.kind == "i" and k.size and k.min() < 0:
                     raise ValueError("random stream keys must be non-negative")
-                zz = np.uint64(z) if isinstance(z, int) else z
-                z = _mix(zz + _GOLDEN * (k.astype(np.uint64) + _ONE))
+                if isinstance(z, int):
+                    z = _mix(np.uint64(z) + _GOLDEN * (k.astype(np.uint64) + _ONE))
+                elif k.ndim == 0:  # a scalar key after an array one: its term as a Python int
+                    z = _mix(z + np.uint64((_GOLDEN_INT * (int(k) + 1)) & _MASK))
+                else:
+                    z = _mix(z + _GOLDEN * (k.astype(np.uint64) + _ONE))
             if isinstance(z, int):
                 return np.asarray(np.uint64(_mix_int(z ^ _FINAL_INT)))
             return _mix(z ^ _FINAL)
@@ -147,5 +151,11 @@ class Streams:
 
     def generator(self, purpose: str, *keys: int) -> np.random.Generator:
         """A numpy Generator for ``(seed, purpose, *keys)``; keys are non-negative integers."""
-        spawn = (_purpose_id(purpose), *(check_int("random stream key", k, low=0) for k in keys))
+        spawn = (
+            _purpose_id(purpose),
+            *(
+                k if type(k) is int and k >= 0 else check_int("random stream key", k, low=0)
+                for k in keys
+            ),
+        )
         return np.random.default_rng(np.random.SeedSequence(self._seed, spawn_key=spawn))

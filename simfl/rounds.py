@@ -221,26 +221,40 @@ def _batched_round(
     so when each job arrives or drops is known up front. The server sleeps until the round
     closes and then records exactly what :func:`_process_round` records, ties included: jobs
     resolving at one instant count in job order, one resolving exactly at the deadline is in
-    time, and the server wakes on an event created at the closing instant (as the processes'
-    "round done" event is), so a run ending at that very instant abandons the round alike.
+    time, and (with a ``max_time``) the server wakes on an event created at the closing instant,
+    as the processes' "round done" event is, so a run ending at that very instant abandons the
+    round alike.
     """
     env, plan = run.env, rnd.plan
     t0 = env.now
     after, arrives = resolution(plan)
     t_res = t0 + after  # when each job's timeout would fire
-    order = np.argsort(t_res, kind="stable")
-    closing = np.flatnonzero(np.cumsum(arrives[order]) >= rnd.quota)
-    n_due = int(closing[0]) + 1 if closing.size else plan.size  # resolved when it closes
-    t_close = float(t_res[order[n_due - 1]])
+    order: NDArray[np.int64] | None = None
+    if rnd.quota >= plan.size or rnd.quota > int(arrives.sum()):
+        # the quota cannot close the round early: it closes when every job has resolved
+        due = np.ones(plan.size, dtype=bool)
+        t_close = float(t_res.max())
+    else:  # over-selection: the quota-th arrival, in the order the timeouts would fire
+        order = np.argsort(t_res, kind="stable")
+        n_due = int(np.flatnonzero(np.cumsum(arrives[order]) >= rnd.quota)[0]) + 1
+        due = np.zeros(plan.size, dtype=bool)
+        due[order[:n_due]] = True
+        t_close = float(t_res[order[n_due - 1]])
     late = False
     if deadline is not None:
         t_deadline = t0 + deadline
-        if t_deadline < t_close:
+        if t_deadline < t_close:  # a job resolving exactly at the deadline is in time
             t_close, late = t_deadline, True
-            n_due = int(np.searchsorted(t_res[order], t_deadline, side="right"))
+            due = t_res <= t_deadline
 
     def abandon() -> None:  # the run ends while this round is in flight
-        _settle(rnd, t_res, arrives, order, env.now)
+        _settle(
+            rnd,
+            t_res,
+            arrives,
+            np.argsort(t_res, kind="stable") if order is None else order,
+            env.now,
+        )
         received = rnd.status == ARRIVED
         rnd.close(CANCELLED)
         rnd.status[received] = CANCELLED  # received but never aggregated
@@ -248,15 +262,13 @@ def _batched_round(
 
     run.abandon = abandon
     yield env.timeout(_delay_until(t0, t_close))
-    yield env.timeout(0.0)  # wake on an event created now, like the processes' "done" event
+    if run.scenario.max_time is not None:
+        # wake on an event created now, like the processes' "done" event, so that a run
+        # ending at this very instant abandons the round as it would with job processes
+        yield env.timeout(0.0)
     run.abandon = None
-    due = order[:n_due]
-    rnd.status[due] = np.where(arrives[due], ARRIVED, DROPPED)
-    rnd.t_end[due] = t_res[due]
-    if n_due < plan.size:
-        rest = order[n_due:]
-        rnd.status[rest] = LATE if late else CANCELLED
-        rnd.t_end[rest] = t_close
+    rnd.status[:] = np.where(due, np.where(arrives, ARRIVED, DROPPED), LATE if late else CANCELLED)
+    rnd.t_end[:] = np.where(due, t_res, t_close)
     rnd.closed = True
 
 
