@@ -78,7 +78,8 @@ def test_a_killed_dask_worker_loses_no_run(tmp_path, dask):
     client = dask.client()
     deadline = time.monotonic() + 60
     # the three open runs finish; the gated one is then the only run in flight, on one worker
-    while not (store.is_dir() and len(Store(store).status()) == 3):
+    # (the store is readable once its marker is written, just after its runs/ directory)
+    while not ((store / "simfl-store.json").is_file() and len(Store(store).status()) == 3):
         assert time.monotonic() < deadline and thread.is_alive()
         time.sleep(0.05)
     holders = []
