@@ -322,10 +322,11 @@ class RunContext:
         target = self.scenario.target
         if target is not None and target.reached(metrics):
             self.stop("target")
-        self.bar.set_postfix(
-            {"t": f"{self.env.now:.4g}s", **{k: f"{v:.3g}" for k, v in metrics.items()}},
-            refresh=False,
-        )
+        if not self.bar.disable:
+            self.bar.set_postfix(
+                {"t": f"{self.env.now:.4g}s", **{k: f"{v:.3g}" for k, v in metrics.items()}},
+                refresh=False,
+            )
 
     def finish(self) -> None:
         """Record what is still in flight; evaluate the final state if it was not."""

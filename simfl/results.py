@@ -26,6 +26,8 @@ reads them back exactly (same dtypes, same values, bit for bit).
 
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 import os
@@ -136,19 +138,30 @@ class Recorder:
                 if parts
                 else np.empty(0, dtype)
             )
-        jobs["status"] = pd.Categorical.from_codes(
-            jobs["status"], dtype=pd.CategoricalDtype(list(STATUSES))
-        )
+        jobs["status"] = pd.Categorical.from_codes(jobs["status"], dtype=_job_status_dtype())
         clients = pd.DataFrame(jobs, copy=False)  # the columns are this frame's own
         rounds_cols: dict[str, Any] = {}
         for c, values in self._rounds.items():
             if c == "status":
-                rounds_cols[c] = pd.Categorical(values, categories=list(ROUND_STATUSES))
+                codes = [ROUND_STATUSES.index(v) for v in values]
+                rounds_cols[c] = pd.Categorical.from_codes(codes, dtype=_round_status_dtype())
             elif c in _INT_COLUMNS:
                 rounds_cols[c] = np.asarray(values, dtype=np.int64)
             else:
                 rounds_cols[c] = np.asarray(values, dtype=np.float64)
         return Results(pd.DataFrame(rounds_cols), clients, meta, state)
+
+
+@functools.cache
+def _job_status_dtype() -> pd.CategoricalDtype:
+    """The dtype of ``clients.status`` (built once: pandas validates categories slowly)."""
+    return pd.CategoricalDtype(list(STATUSES))
+
+
+@functools.cache
+def _round_status_dtype() -> pd.CategoricalDtype:
+    """The dtype of ``rounds.status``."""
+    return pd.CategoricalDtype(list(ROUND_STATUSES))
 
 
 @dataclass

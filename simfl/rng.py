@@ -46,9 +46,12 @@ _TWO_M53 = 2.0**-53
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """SplitMix64 finaliser: a bijection of uint64 with strong avalanche."""
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
+    z = z ^ (z >> _S30)  # a new array: the rest works in place
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
 
 
 _MASK = (1 << 64) - 1
