@@ -27,7 +27,6 @@ reads them back exactly (same dtypes, same values, bit for bit).
 from __future__ import annotations
 
 import functools
-
 import json
 import math
 import os
