@@ -45,9 +45,12 @@ from simfl.results import Recorder, Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario
 
-__all__ = ["RunContext", "run"]
+__all__ = ["RunContext", "run", "simfl_version"]
 
 Callback = Callable[[int], None]
+
+#: Cohorts larger than this compute their local updates in slices of this many clients.
+UPDATE_SLICE = 512
 
 
 class RunContext:
@@ -245,13 +248,28 @@ class RunContext:
         directly; batched float kernels, e.g. in torch, may legitimately differ in the last bits
         with the batch size.)
         """
-        alg = self.algorithm
         if accepted is None:
-            return alg.local_updates(state, self.data, clients, key, self.streams)
-        updates = alg.local_updates(state, self.data, clients[accepted], key, self.streams)
+            return self._local_updates(state, clients, key)
+        updates = self._local_updates(state, clients[accepted], key)
         if not self.lazy and not accepted.all():
-            alg.local_updates(state, self.data, clients[~accepted], key, self.streams)
+            self._local_updates(state, clients[~accepted], key)
         return updates
+
+    def _local_updates(self, state: Any, clients: NDArray[np.int64], key: int) -> Updates:
+        """The algorithm's updates of ``clients``, in slices of at most :data:`UPDATE_SLICE`.
+
+        A client's update depends only on the state and its own data, so slicing changes
+        nothing (for numpy algorithms, bit for bit: their tests check it) and keeps a large
+        cohort's arrays in cache.
+        """
+        alg = self.algorithm
+        if clients.size <= UPDATE_SLICE:
+            return alg.local_updates(state, self.data, clients, key, self.streams)
+        parts = [
+            alg.local_updates(state, self.data, clients[i : i + UPDATE_SLICE], key, self.streams)
+            for i in range(0, clients.size, UPDATE_SLICE)
+        ]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
     def apply(self, row: dict[str, Any], compute: Callable[[], tuple[Any, Updates]]) -> None:
         """Run ``compute`` (which returns the new state and the updates it used) safely.
@@ -342,7 +360,8 @@ class RunContext:
             self._evaluate()
 
 
-def _version() -> str:
+def simfl_version() -> str:
+    """The installed simfl version (``"unknown"`` when running from a bare source tree)."""
     try:
         return version("simfl")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -420,6 +439,6 @@ def run(
         "error": ctx.error,
         "sim_time": float(env.now),
         "host_seconds": time.perf_counter() - started,
-        "simfl_version": _version(),
+        "simfl_version": simfl_version(),
     }
     return ctx.recorder.results(meta, ctx.state)

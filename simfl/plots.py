@@ -92,21 +92,9 @@ def metric_vs_time(
 
     ``palette`` maps groups to colours (keeps colours fixed across figures).
     """
-    import seaborn as sns
-
     ax = _axes(ax)
     data = on_grid(frame, metric, by=by, points=points, log_time=log_time)
-    sns.lineplot(
-        data=data,
-        x="time",
-        y=metric,
-        hue=by,
-        errorbar=("ci", 95),
-        ax=ax,
-        n_boot=200,
-        seed=0,
-        palette=palette,
-    )
+    _mean_with_band(data, "time", metric, by, ax, palette)
     if target is not None:
         ax.axhline(target, color="0.3", ls=":", lw=1, label=f"target {target:g}")
     ax.set(
@@ -120,6 +108,25 @@ def metric_vs_time(
     return ax
 
 
+def _mean_with_band(
+    data: pd.DataFrame, x: str, metric: str, by: str, ax: Any, palette: dict[Any, Any] | None
+) -> None:
+    """Mean of ``metric`` over seeds against ``x``, one line per ``by``, 95% bootstrap band."""
+    import seaborn as sns
+
+    sns.lineplot(
+        data=data,
+        x=x,
+        y=metric,
+        hue=by,
+        errorbar=("ci", 95),
+        ax=ax,
+        n_boot=200,
+        seed=0,
+        palette=palette,
+    )
+
+
 def metric_vs_rounds(
     frame: pd.DataFrame,
     metric: str,
@@ -130,21 +137,9 @@ def metric_vs_rounds(
     palette: dict[Any, Any] | None = None,
 ) -> Any:
     """A metric against the aggregation index, mean over seeds with a 95% band."""
-    import seaborn as sns
-
     ax = _axes(ax)
     data = frame.dropna(subset=[metric])
-    sns.lineplot(
-        data=data,
-        x="round",
-        y=metric,
-        hue=by,
-        errorbar=("ci", 95),
-        ax=ax,
-        n_boot=200,
-        seed=0,
-        palette=palette,
-    )
+    _mean_with_band(data, "round", metric, by, ax, palette)
     ax.set(xlabel="round (aggregations)", ylabel=metric, yscale="log" if log_y else "linear")
     ax.grid(alpha=0.3)
     return ax

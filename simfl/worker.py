@@ -19,14 +19,13 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
-from simfl.engine import run
+from simfl.engine import run, simfl_version
 from simfl.fingerprint import fingerprint
 from simfl.results import Results
 from simfl.scenario import Scenario
@@ -127,13 +126,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _simfl_version() -> str:
-    try:
-        return version("simfl")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
-
-
 def record_of(
     spec: RunSpec,
     error: str | None,
@@ -149,7 +141,7 @@ def record_of(
         "run_id": spec.run_id,
         "status": "done" if error is None else "failed",
         "error": error,
-        "simfl_version": _simfl_version(),
+        "simfl_version": simfl_version(),
         "python": platform.python_version(),
         "started": started or _now(),
         "finished": _now(),
