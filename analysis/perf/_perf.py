@@ -27,11 +27,24 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import numpy
 
     return {
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "cpus": os.cpu_count(),
