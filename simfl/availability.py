@@ -362,23 +362,24 @@ class AvailabilityCursor:
             return True, end, t
         return False, t, start
 
-    def next_arrival(self, t: float) -> float:
-        """The earliest time after ``t`` at which a device that is offline at ``t`` comes on."""
+    def _next_starts(self, t: float) -> NDArray[np.float64] | None:
+        """The start of each device's first interval not ended by ``t`` (None: none is left)."""
         av = self.av
         p = self._advance(slice(None), t)
         valid = p < av.offsets[1:]
         if not valid.any():
+            return None
+        return np.asarray(av.starts[np.minimum(p, av.starts.size - 1)][valid])
+
+    def next_arrival(self, t: float) -> float:
+        """The earliest time after ``t`` at which a device that is offline at ``t`` comes on."""
+        starts = self._next_starts(t)
+        if starts is None:
             return math.inf
-        starts = av.starts[np.minimum(p, av.starts.size - 1)][valid]
         later = starts[starts > t]
         return float(later.min()) if later.size else math.inf
 
     def next_online(self, t: float) -> float:
         """The earliest time at or after ``t`` at which some device is online."""
-        av = self.av
-        p = self._advance(slice(None), t)
-        valid = p < av.offsets[1:]
-        if not valid.any():
-            return math.inf
-        starts = av.starts[np.minimum(p, av.starts.size - 1)][valid]
-        return float(max(t, starts.min()))
+        starts = self._next_starts(t)
+        return math.inf if starts is None else float(max(t, starts.min()))

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simfl.fleet import Fleet
-from simfl.network import Payload, bytes_delivered
+from simfl.network import Payload, bytes_delivered, transfer_seconds
 from simfl.rng import Streams
 
 __all__ = [
@@ -137,8 +137,8 @@ def plan_jobs(
         )
     else:
         latency, bw_down, bw_up = (a[devices] for a in links)
-    download = _transfer(payload.down, bw_down, latency)
-    upload = _transfer(payload.up, bw_up, latency)
+    download = transfer_seconds(payload.down, bw_down, latency)
+    upload = transfer_seconds(payload.up, bw_up, latency)
     rate = fleet.dropout_rate[devices]
     if rate.any():
         u = streams.uniform("dropout", devices, round)
@@ -210,11 +210,6 @@ def planned_split(
         stage < progress[:, None], stages, np.where(stage == progress[:, None], current, 0.0)
     )
     return spent[:, 0], spent[:, 1], spent[:, 2], progress
-
-
-def _transfer(size: int, bandwidth: Array, latency: Array) -> Array:
-    """:func:`~simfl.network.transfer_seconds` of one payload size, in as few steps."""
-    return latency + size / bandwidth if size else latency.copy()
 
 
 def time_split(plan: JobPlan, t_end: Array) -> tuple[Array, Array, Array]:

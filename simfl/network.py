@@ -43,11 +43,17 @@ def transfer_seconds(
 
     An infinite bandwidth costs only the latency; a zero-byte payload costs only the latency.
     """
+    lat = np.asarray(latency, dtype=np.float64)
     sz = np.asarray(size, dtype=np.float64)
     bw = np.asarray(bandwidth, dtype=np.float64)
+    if sz.ndim == 0 and bw.ndim > 0:  # one payload for a cohort: fewer steps
+        if sz == 0:
+            shape = np.broadcast_shapes(lat.shape, bw.shape)
+            return np.array(np.broadcast_to(lat, shape), dtype=np.float64)
+        return np.asarray(lat + sz / bw, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         moving = np.where(sz == 0, 0.0, sz / bw)
-    return np.asarray(np.asarray(latency, dtype=np.float64) + moving, dtype=np.float64)
+    return np.asarray(lat + moving, dtype=np.float64)
 
 
 def bytes_delivered(

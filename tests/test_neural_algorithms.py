@@ -28,13 +28,7 @@ from simfl.neural import (  # noqa: E402
 )
 from tests.test_neural_train import train_alone  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 TASK = ImageClassification(Digits(), Shards(2), MLP((32, 16)))

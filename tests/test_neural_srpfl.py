@@ -17,13 +17,7 @@ import neural_srpfl  # noqa: E402
 
 from simfl.neural import MLP, MNIST, Digits  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 # 50 clients, 2,000 MNIST digits, the 5 fastest first, doubling every 5 rounds; the baseline

@@ -14,13 +14,7 @@ import neural_table1  # noqa: E402
 
 from simfl.neural import Digits  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_reduced_table1_ordering():

@@ -24,13 +24,7 @@ from simfl.neural import (  # noqa: E402
 )
 from simfl.neural.train import epoch_order, evaluate_cohort, train_cohort  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 # ------------------------------------------------------------------ models
