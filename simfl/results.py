@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from simfl.jobs import STATUSES
+from simfl.outcome import STATUSES
 
 __all__ = ["ROUND_STATUSES", "Recorder", "Results"]
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.flows import FlowNetwork, max_min_rates
+from simfl.engine.links import FlowNetwork, max_min_rates
 from simfl.topology import Network
 
 

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
-from simfl.jobs import ARRIVED, LATE
-from simfl.policies.base import Policy, check_sampling, cohort_size, sample_uniform
-from simfl.rounds import sync_round
-
-if TYPE_CHECKING:
-    from simfl.engine import RunContext
+from simfl.outcome import ARRIVED, LATE, Outcome
+from simfl.policies.base import (
+    RoundPlan,
+    SyncPolicy,
+    View,
+    check_sampling,
+    cohort_size,
+    sample_uniform,
+)
 
 __all__ = ["AdaptiveDeadline"]
 
 
 @dataclass(frozen=True)
-class AdaptiveDeadline(Policy):
+class AdaptiveDeadline(SyncPolicy["AdaptiveState"]):
     """Deadline = the ``quantile`` of the job durations seen in the last ``window`` rounds.
 
     What the server can observe: the duration of every job that arrived, and that every late job
@@ -64,7 +66,7 @@ class AdaptiveDeadline(Policy):
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("AdaptiveDeadline", self.fraction, self.count, n_devices)
 
-    def next_deadline(self, durations: np.ndarray, previous: float | None) -> float | None:
+    def next_deadline(self, durations: NDArray[np.float64], previous: float | None) -> float | None:
         """The deadline given observed ``durations`` (``inf`` for late jobs)."""
         if durations.size == 0:
             return previous
@@ -73,16 +75,25 @@ class AdaptiveDeadline(Policy):
             return q
         return None if previous is None else previous * self.backoff
 
-    def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
-        size = cohort_size("AdaptiveDeadline", self.fraction, self.count, run.fleet.size)
-        history: deque[np.ndarray] = deque(maxlen=self.window)
-        deadline = self.initial
-        while run.stop_reason is None:
-            yield from run.wait_online()
-            if run.stopped:
-                break
-            cohort = sample_uniform(run.round, run.online(), size, run.streams)
-            rnd = yield from sync_round(run, cohort, deadline=deadline)
-            seen = np.where(rnd.status == ARRIVED, rnd.t_end - rnd.plan.t_start, np.inf)
-            history.append(seen[(rnd.status == ARRIVED) | (rnd.status == LATE)])
-            deadline = self.next_deadline(np.concatenate(list(history)), deadline)
+    def start(self, view: View) -> AdaptiveState:  # noqa: D102
+        return AdaptiveState(self.initial, ())
+
+    def plan(self, state: AdaptiveState, view: View) -> tuple[AdaptiveState, RoundPlan]:  # noqa: D102
+        size = cohort_size("AdaptiveDeadline", self.fraction, self.count, view.n_devices)
+        cohort = sample_uniform(view.round, view.online(), size, view.streams)
+        return state, RoundPlan(cohort, deadline=state.deadline)
+
+    def observe(self, state: AdaptiveState, outcome: Outcome, view: View) -> AdaptiveState:
+        """Add the round's observed durations (late jobs as +inf) and set the next deadline."""
+        status = outcome.status
+        seen = np.where(status == ARRIVED, outcome.durations, np.inf)
+        history = (*state.history, seen[(status == ARRIVED) | (status == LATE)])[-self.window :]
+        return AdaptiveState(self.next_deadline(np.concatenate(history), state.deadline), history)
+
+
+@dataclass(frozen=True)
+class AdaptiveState:
+    """The deadline of the next round and the durations seen in the last rounds (one array each)."""
+
+    deadline: float | None
+    history: tuple[NDArray[np.float64], ...]

@@ -1,90 +1,250 @@
-"""What a participation / straggler-mitigation policy is."""
+"""What a participation / straggler-mitigation policy is: a decision, never a process.
+
+The engine (:mod:`simfl.engine`) owns every server loop. At each decision point it shows the
+policy a small read-only :class:`View` of the run and asks what to do next; after each round it
+tells the policy what happened (:class:`~simfl.outcome.Outcome`). A policy is a frozen
+dataclass of its parameters; whatever it learns while a run goes on lives in a *policy state*
+that the engine threads through its methods (state in, new state out), so one policy object
+can drive any number of runs.
+
+Three families, one loop each in the engine:
+
+:class:`SyncPolicy`
+    Synchronous rounds. ``start(view)`` gives the initial state; ``plan(state, view)`` returns
+    ``(state, RoundPlan)`` (cohort, quota, deadline, stage, speed epoch); ``observe(state,
+    outcome, view)`` learns from the round's outcome.
+:class:`EdgePolicy`
+    Synchronous rounds aggregated at edge servers first; the plan also carries the edges'
+    deadline. Needs a network with edge servers.
+:class:`AsyncPolicy`
+    Asynchronous aggregation: how many jobs are in flight, which device starts next, how many
+    arrivals make an aggregation, which updates are too stale, and the staleness weights of
+    the mixing (the mixing math itself is the algorithm side's, :mod:`simfl.algorithms.mixing`).
+"""
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 
 if TYPE_CHECKING:
-    from simfl.engine import RunContext
     from simfl.topology import Network
 
 __all__ = [
+    "AsyncPolicy",
+    "EdgePolicy",
     "Policy",
+    "RoundPlan",
     "SyncPolicy",
+    "View",
     "check_sampling",
-    "client_sizes",
     "cohort_size",
     "sample_uniform",
     "sample_weighted",
 ]
 
+S = TypeVar("S")
 
-class Policy(ABC):
-    """Decides who takes part and when the server aggregates.
 
-    A policy supplies the server process of a run (:meth:`serve`), built from the engine's
-    primitives; synchronous policies share one (:class:`SyncPolicy`).
+class View(Protocol):
+    """What a policy may see of a run (read-only; provided by the engine).
+
+    ``round`` is the index of the next aggregation, ``now`` the simulated time in seconds.
     """
+
+    @property
+    def round(self) -> int:
+        """Index of the next aggregation (the model version in asynchronous runs)."""
+
+    @property
+    def now(self) -> float:
+        """Simulated seconds."""
+
+    @property
+    def n_devices(self) -> int:
+        """Fleet size."""
+
+    @property
+    def streams(self) -> Streams:
+        """The run's keyed random streams (policies key their draws by purpose and round)."""
+
+    @property
+    def goals(self) -> dict[str, str]:
+        """``"min"`` or ``"max"`` per task metric (empty without a task)."""
+
+    def online(self) -> NDArray[np.int64]:
+        """Devices online now, sorted (all of them without an availability)."""
+
+    def online_mask(self) -> NDArray[np.bool_] | None:
+        """Which devices are online now (``None``: every device, always)."""
+
+    def is_online(self, device: int) -> bool:
+        """Whether ``device`` is online now."""
+
+    def durations(self, devices: NDArray[np.int64], *, stage: int) -> NDArray[np.float64]:
+        """Planned seconds of a job of each of ``devices`` started now in this round.
+
+        Download + compute + upload on uncontended links, from the same keyed draws the jobs
+        will use: an oracle of device speed, for policies that may observe speeds (SRPFL).
+        ``stage`` is the speed epoch of fleets that re-draw speeds per stage.
+        """
+
+    def client_sizes(self) -> NDArray[np.float64] | None:
+        """Samples held by each client (``None`` if the task does not say)."""
+
+    def last(self, column: str) -> float:
+        """The last recorded round's value of ``column`` (e.g. ``"train_loss"``, a metric)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """A synchronous policy's decision for one round.
+
+    Attributes
+    ----------
+    cohort
+        Devices taking part, sorted ascending. A device listed several times (sampling with
+        replacement) runs one job whose update counts that many times.
+    quota
+        Close the round after this many arrivals (``None``: the whole cohort).
+    deadline
+        Close it this many seconds after it starts at the latest (``None``: no deadline). For
+        an :class:`EdgePolicy`, the cloud's deadline.
+    stage
+        Stage index recorded with the round.
+    speed_epoch
+        Stage index by which fleets with ``redraw="stage"`` key their speed draws (``None``:
+        ``stage``).
+    edge_deadline
+        Seconds after the start at which each edge server forwards what it has
+        (:class:`EdgePolicy` only; ``None``: each edge waits for all its devices).
+    """
+
+    cohort: NDArray[np.int64]
+    quota: int | None = None
+    deadline: float | None = None
+    stage: int = 0
+    speed_epoch: int | None = None
+    edge_deadline: float | None = None
+
+
+class Policy:
+    """Decides who takes part and when the server aggregates (see the module docstring)."""
 
     name: ClassVar[str] = "policy"
 
-    def check(self, n_devices: int) -> None:  # noqa: B027 - a hook, no-op by default
+    def check(self, n_devices: int) -> None:
         """Raise ``ValueError`` naming the field if the policy cannot run on ``n_devices``."""
 
-    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: B027 - a hook
+    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:
         """Raise ``ValueError`` if the policy cannot drive ``algorithm``."""
 
-    def check_network(self, network: Network | None) -> None:  # noqa: B027 - a hook
+    def check_network(self, network: Network | None) -> None:
         """Raise ``ValueError`` if the policy cannot work with the scenario's ``network``."""
 
-    @abstractmethod
-    def serve(self, run: RunContext) -> Generator[Any, Any, None]:
-        """The SimPy server process of a run."""
 
-
-class SyncPolicy(Policy):
-    """Synchronous rounds: select a cohort, start its jobs, close the round, aggregate.
+class SyncPolicy(Policy, ABC, Generic[S]):
+    """Synchronous rounds: the policy plans each round and observes its outcome.
 
     A round closes at the earliest of: ``quota`` arrivals; every job resolved (arrived or
     dropped; dropouts are noticed by the server when they happen, like a broken connection);
     the ``deadline``. Jobs still running then are recorded ``late`` if the deadline closed the
-    round and ``cancelled`` otherwise (over-selection), and their updates are never computed.
+    round and ``cancelled`` otherwise (over-selection); their updates are never computed.
+
+    Subclasses implement :meth:`plan`; stateful ones also :meth:`start` and :meth:`observe`.
     """
 
-    @abstractmethod
-    def select(self, run: RunContext) -> NDArray[np.int64]:
-        """The devices of this round's cohort (``run.round``), sorted ascending.
+    def start(self, view: View) -> S:
+        """The policy state before the first round (default: ``None``, stateless)."""
+        return None  # type: ignore[return-value]
 
-        A device may appear more than once (sampling with replacement): it runs one job, and
-        its update counts once per appearance in the aggregate.
+    @abstractmethod
+    def plan(self, state: S, view: View) -> tuple[S, RoundPlan]:
+        """The next round (``view.round``): the policy's new state and its decision.
+
+        Called when at least one device is online.
         """
 
-    def quota(self, n_selected: int) -> int:
-        """Arrivals after which the round closes (default: all of the cohort)."""
-        return n_selected
+    def observe(self, state: S, outcome: Outcome, view: View) -> S:
+        """Learn from a finished round (``view.last`` reads its recorded row); default: nothing."""
+        return state
 
-    def deadline(self, round: int) -> float | None:
-        """Seconds after the round starts at which it closes regardless (``None``: no limit)."""
-        return None
 
-    def stage(self, round: int) -> int:
-        """Stage index of the round (for fleets that re-draw speeds per stage)."""
-        return 0
+class EdgePolicy(SyncPolicy[S]):
+    """Synchronous rounds whose updates are aggregated at edge servers before the cloud.
 
-    def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
-        from simfl.rounds import sync_server
+    The plan's ``deadline`` is the cloud's and ``edge_deadline`` the edges'; the engine plays
+    each round through the network's edge servers.
+    """
 
-        return sync_server(run, self)
+
+class AsyncPolicy(Policy, ABC):
+    """Asynchronous aggregation (see :mod:`simfl.policies.asynchronous`).
+
+    The engine keeps :attr:`concurrency` jobs in flight, starting each on the device
+    :meth:`pick` names; every :meth:`buffer` arrivals it aggregates the updates not staler than
+    :attr:`max_staleness`, mixing them with :meth:`mixing`'s weights.
+    """
+
+    concurrency: int
+    max_staleness: int | None
+
+    def buffer(self) -> int:
+        """Arrivals per aggregation."""
+        return 1
+
+    def check(self, n_devices: int) -> None:  # noqa: D102
+        if self.concurrency > n_devices:
+            raise ValueError(
+                f"{type(self).__name__}.concurrency must be <= the fleet size {n_devices}, got "
+                f"{self.concurrency}"
+            )
+
+    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: D102
+        cls = type(algorithm)
+        if cls.shared is Algorithm.shared or cls.with_shared is Algorithm.with_shared:
+            raise ValueError(
+                f"Scenario.algorithm {cls.__name__} does not support asynchronous policies such "
+                f"as {type(self).__name__}: it must define shared() and with_shared()"
+            )
+
+    def pick(self, view: View, busy: NDArray[np.bool_], n_started: int) -> int | None:
+        """The device the next job starts on: uniform among the idle online ones.
+
+        ``busy`` marks the devices with a job in flight and ``n_started`` counts the jobs
+        started so far (it keys the draw). ``None`` if no idle device is online.
+        """
+        n = busy.size
+        online = view.online_mask()
+        streams = view.streams
+        if online is None:
+            if busy.all():
+                return None
+        else:
+            free = online & ~busy
+            if not free.any():
+                return None
+            if free.sum() < n // 8:  # few candidates: draw among them directly
+                idle = np.flatnonzero(free)
+                u = float(streams.uniform("async/select", n_started, 0))
+                return int(idle[min(int(u * idle.size), idle.size - 1)])
+        attempt = 0
+        while True:  # keyed rejection sampling: O(1) draws while most devices are free
+            u = float(streams.uniform("async/select", n_started, attempt))
+            device = min(int(u * n), n - 1)
+            if not busy[device] and (online is None or view.is_online(device)):
+                return device
+            attempt += 1
 
 
 def cohort_size(owner: str, fraction: float | None, count: int | None, n_devices: int) -> int:
@@ -141,14 +301,3 @@ def sample_weighted(
     rng = streams.generator("select/weighted", round)
     pick = rng.choice(p.size, size=size, replace=replace, p=p)
     return np.sort(population[pick]).astype(np.int64)
-
-
-def client_sizes(run: RunContext, owner: str) -> NDArray[np.float64]:
-    """Samples held by each client of the run's task, for size-weighted sampling."""
-    sizes = getattr(run.data, "client_sizes", None)
-    if sizes is None:
-        raise ValueError(
-            f"{owner}.weights='size' needs a task whose data report client_sizes(); "
-            f"{type(run.scenario.task).__name__} does not"
-        )
-    return np.asarray(sizes(), dtype=np.float64)

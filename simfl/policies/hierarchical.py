@@ -23,30 +23,25 @@ row's bytes include the edge transfers.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
-
-import numpy as np
-import simpy
-from numpy.typing import NDArray
+from typing import ClassVar
 
 from simfl._checks import check_real
-from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, concat_plans
-from simfl.policies.base import Policy, check_sampling, cohort_size, sample_uniform
-from simfl.rounds import close_aggregation
+from simfl.policies.base import (
+    EdgePolicy,
+    RoundPlan,
+    View,
+    check_sampling,
+    cohort_size,
+    sample_uniform,
+)
 from simfl.topology import Network
-
-if TYPE_CHECKING:
-    from simfl.engine import RunContext
-    from simfl.jobs import JobPlan
 
 __all__ = ["EdgeAggregation"]
 
 
 @dataclass(frozen=True)
-class EdgeAggregation(Policy):
+class EdgeAggregation(EdgePolicy[None]):
     """Synchronous rounds aggregated at edge servers first (see the module docstring).
 
     Parameters
@@ -84,141 +79,7 @@ class EdgeAggregation(Policy):
                 "the topology): use Network.hierarchical(...) or Network.from_graph(...)"
             )
 
-    def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
-        size = cohort_size("EdgeAggregation", self.fraction, self.count, run.fleet.size)
-        while run.stop_reason is None:
-            yield from run.wait_online()
-            if run.stopped:
-                break
-            cohort = sample_uniform(run.round, run.online(), size, run.streams)
-            yield from _EdgeRound(run, self, cohort).play()
-
-
-class _EdgeRound:
-    """One hierarchical round (state shared by its edge sub-processes)."""
-
-    def __init__(self, run: RunContext, policy: EdgeAggregation, cohort: NDArray[np.int64]):
-        self.run, self.policy, self.env = run, policy, run.env
-        net = run.network
-        assert net is not None
-        self.net = net
-        self.round = run.round
-        self.t0 = run.env.now
-        edge_of = net.topology.edge_of
-        groups: dict[Any, list[int]] = {}
-        for d in cohort:
-            groups.setdefault(edge_of[int(d)], []).append(int(d))
-        self.edges = {e: np.asarray(v, dtype=np.int64) for e, v in groups.items()}
-        self.payload = run.algorithm.payload(run.state)
-        self.plans: list[JobPlan] = []
-        self.states: list[tuple[JobPlan, NDArray[np.int8], NDArray[np.float64]]] = []
-        self.reported: set[Any] = set()
-        self.edge_bytes = [0.0, 0.0]
-
-    def _edge_flow(self, device: int, direction: str, size: float) -> Generator[Any, Any, None]:
-        """One transfer between an edge server and the cloud (latency, then the flow)."""
-        res = self.net.upper_resources(device, direction)
-        links = res // 2
-        latency = float(self.net.topology.latency[links].sum())
-        if latency > 0:
-            yield self.env.timeout(latency)
-        flow = self.net.start_on(res, size)
-        try:
-            yield flow.done
-        finally:
-            # bytes moved count even if the cloud closed first
-            self.edge_bytes[0 if direction == "down" else 1] += self.net.stop(flow)
-
-    def edge(self, name: Any, devices: NDArray[np.int64]) -> Generator[Any, Any, None]:
-        """An edge server: fetch the model, serve its devices, forward their aggregate."""
-        env, run, pol = self.env, self.run, self.policy
-        procs: list[simpy.Process] = []
-        status = np.full(devices.size, RUNNING, dtype=np.int8)
-        try:
-            yield from self._edge_flow(int(devices[0]), "down", float(self.payload.down))
-            plan = run.plan(devices, key=self.round, stage=0)
-            t_end = np.full(devices.size, math.nan)
-            done = env.event()
-            left = [devices.size]
-
-            def resolve(j: int, st: int) -> None:
-                if status[j] != RUNNING:
-                    return
-                status[j], t_end[j] = st, env.now
-                left[0] -= 1
-                if left[0] == 0 and not done.triggered:
-                    done.succeed()
-
-            procs = run.start_jobs(
-                plan, lambda j: resolve(j, ARRIVED), lambda j: resolve(j, DROPPED), local=True
-            )
-            self.states.append((plan, status, t_end))
-            waits = [done]
-            if pol.edge_deadline is not None:
-                waits.append(env.timeout(max(self.t0 + pol.edge_deadline - env.now, 0.0)))
-            yield simpy.AnyOf(env, waits)
-            running = np.flatnonzero(status == RUNNING)
-            status[running], t_end[running] = LATE, env.now
-            self._stop(procs)
-            if (status == ARRIVED).any():
-                yield from self._edge_flow(int(devices[0]), "up", float(self.payload.up) + 8.0)
-                self.reported.add(name)
-        except simpy.Interrupt:  # the cloud closed (deadline) or the run ended
-            self._stop(procs)
-
-    @staticmethod
-    def _stop(procs: list[simpy.Process]) -> None:
-        for p in procs:
-            if p.is_alive:
-                p.interrupt("edge closed")
-
-    def play(self) -> Generator[Any, Any, None]:
-        env, run, pol = self.env, self.run, self.policy
-        procs = [env.process(self.edge(e, d)) for e, d in self.edges.items()]
-
-        def abandon() -> None:
-            for p in procs:
-                if p.is_alive:
-                    p.interrupt("end of run")
-            self._record(final=False)
-
-        run.abandon = abandon
-        waits: list[simpy.Event] = [simpy.AllOf(env, procs)]
-        if pol.deadline is not None:
-            waits.append(env.timeout(pol.deadline))
-        yield simpy.AnyOf(env, waits)
-        run.abandon = None
-        for e, p in zip(self.edges, procs, strict=True):
-            if p.is_alive:
-                p.interrupt("cloud closed")  # its edge missed the cloud's deadline
-                self.reported.discard(e)
-        self._record(final=True)
-
-    def _record(self, final: bool) -> None:
-        run, env = self.run, self.env
-        if not self.states:
-            return
-        plan = concat_plans([p for p, _, _ in self.states])
-        status = np.concatenate([s for _, s, _ in self.states])
-        t_end = np.concatenate([t for _, _, t in self.states])
-        edge_of = self.net.topology.edge_of
-        reached = np.array([edge_of[int(d)] in self.reported for d in plan.devices])
-        status = status.copy()
-        t_end = t_end.copy()
-        running = status == RUNNING
-        status[running] = CANCELLED if not final else LATE
-        t_end[running] = env.now
-        late_edge = (status == ARRIVED) & ~reached
-        status[late_edge] = LATE if final else CANCELLED
-        b_down, b_up = run.record_jobs(plan, status, t_end, round=self.round, stage=0)
-        if not final:
-            return
-        close_aggregation(
-            run,
-            plan,
-            status,
-            round=self.round,
-            stage=0,
-            t_start=self.t0,
-            bytes_moved=(b_down + self.edge_bytes[0], b_up + self.edge_bytes[1]),
-        )
+    def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
+        size = cohort_size("EdgeAggregation", self.fraction, self.count, view.n_devices)
+        cohort = sample_uniform(view.round, view.online(), size, view.streams)
+        return None, RoundPlan(cohort, deadline=self.deadline, edge_deadline=self.edge_deadline)

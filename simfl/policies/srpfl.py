@@ -35,21 +35,24 @@ level where all ``N`` take part, so with ``n0 >= N`` SRPFL is exactly its wrappe
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_choice, check_int, check_real
-from simfl.policies.base import Policy, check_sampling, cohort_size, sample_uniform
-from simfl.rounds import sync_round
+from simfl.outcome import Outcome
+from simfl.policies.base import (
+    RoundPlan,
+    SyncPolicy,
+    View,
+    check_sampling,
+    cohort_size,
+    sample_uniform,
+)
 
-if TYPE_CHECKING:
-    from simfl.engine import RunContext
-
-__all__ = ["SRPFL", "Plateau"]
+__all__ = ["SRPFL", "Plateau", "SRPFLState"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Plateau:
 
 
 @dataclass(frozen=True)
-class SRPFL(Policy):
+class SRPFL(SyncPolicy["SRPFLState"]):
     """Straggler-resilient progressive participation (see the module docstring).
 
     Parameters
@@ -151,53 +154,81 @@ class SRPFL(Policy):
         """Clients taking part at participation level ``level`` with a pool of ``pool``."""
         return min(math.ceil(self.n0 * self.growth**level - 1e-9), pool)
 
-    def fastest(
-        self, run: RunContext, pool: NDArray[np.int64], m: int, epoch: int
-    ) -> NDArray[np.int64]:
+    def fastest(self, view: View, pool: NDArray[np.int64], m: int, epoch: int) -> NDArray[np.int64]:
         """The ``m`` fastest devices of ``pool`` by this round's planned job durations."""
         if m >= pool.size:
             return pool
-        plan = run.plan(pool, key=run.round, stage=epoch)
-        order = np.argsort(plan.duration, kind="stable")[:m]
+        order = np.argsort(view.durations(pool, stage=epoch), kind="stable")[:m]
         return np.sort(pool[order])
 
-    def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
-        n_pool = cohort_size("SRPFL", self.fraction, self.count, run.fleet.size)
-        goal = (
-            "min"
-            if self.stage_rule is None or self.stage_rule.metric == "train_loss"
-            else (
-                run.scenario.task.goals[self.stage_rule.metric]  # type: ignore[union-attr]
-            )
+    def start(self, view: View) -> SRPFLState:  # noqa: D102
+        metric = "train_loss" if self.stage_rule is None else self.stage_rule.metric
+        goal = "min" if metric == "train_loss" else view.goals[metric]
+        n_pool = cohort_size("SRPFL", self.fraction, self.count, view.n_devices)
+        return SRPFLState(n_pool=n_pool, metric=metric, goal=goal)
+
+    def plan(self, state: SRPFLState, view: View) -> tuple[SRPFLState, RoundPlan]:  # noqa: D102
+        cohort = state.cohort
+        if self.resample == "round" or cohort is None:
+            key = view.round if self.resample == "round" else state.epoch
+            pool = sample_uniform(key, view.online(), state.n_pool, view.streams)
+            m = self.participants(state.level, state.n_pool)
+            cohort = self.fastest(view, pool, m, state.epoch)
+        elif view.online_mask() is not None:  # participants that went offline sit it out
+            online = cohort[np.isin(cohort, view.online())]
+            if online.size:
+                cohort = online
+        plan = RoundPlan(cohort, stage=state.level, speed_epoch=state.epoch)
+        return replace(state, cohort=cohort), plan
+
+    def observe(self, state: SRPFLState, outcome: Outcome, view: View) -> SRPFLState:
+        """Count the round in its stage; move to the next stage when the stage is over."""
+        history = (*state.history, float(view.last(state.metric)))
+        in_stage = state.in_stage + 1
+        if self.stage_rule is None:
+            done = in_stage >= self.rounds_per_stage
+        else:
+            done = self.stage_rule.stalled(list(history), state.goal)
+        if not done:
+            return replace(state, in_stage=in_stage, history=history)
+        more = self.participants(state.level, state.n_pool) < state.n_pool
+        return replace(
+            state,
+            level=state.level + 1 if more else state.level,
+            epoch=state.epoch + 1,
+            in_stage=0,
+            history=(),
+            cohort=None,
         )
-        level, epoch, in_stage = 0, 0, 0
-        history: list[float] = []
-        cohort: NDArray[np.int64] | None = None
-        while run.stop_reason is None:
-            yield from run.wait_online()
-            if run.stopped:
-                break
-            m = self.participants(level, n_pool)
-            if self.resample == "round" or cohort is None:
-                key = run.round if self.resample == "round" else epoch
-                pool = sample_uniform(key, run.online(), n_pool, run.streams)
-                cohort = self.fastest(run, pool, m, epoch)
-            elif run.cursor is not None:  # participants that went offline sit the round out
-                online = cohort[np.isin(cohort, run.online())]
-                if online.size:
-                    cohort = online
-            yield from sync_round(run, cohort, stage=level, speed_epoch=epoch)
-            in_stage += 1
-            metric = "train_loss" if self.stage_rule is None else self.stage_rule.metric
-            history.append(float(run.recorder.last_round(metric)))
-            if self.stage_rule is None:
-                done = in_stage >= self.rounds_per_stage
-            else:
-                done = self.stage_rule.stalled(history, goal)
-            if done:
-                if m < n_pool:
-                    level += 1
-                epoch += 1
-                in_stage = 0
-                history = []
-                cohort = None
+
+
+@dataclass(frozen=True)
+class SRPFLState:
+    """Where SRPFL stands: participation level, stage (speed epoch), the stage's cohort.
+
+    Attributes
+    ----------
+    n_pool
+        Pool size ``N`` per stage.
+    metric, goal
+        What the stage rule watches, and whether it should go down (``"min"``) or up.
+    level
+        Participation level ``r`` (recorded as the round's ``stage``).
+    epoch
+        Number of pools sampled so far (keys the fleet's per-stage speeds).
+    in_stage
+        Rounds played in the current stage.
+    history
+        The watched metric in each round of the stage.
+    cohort
+        The stage's participants (``None``: choose them in the next round).
+    """
+
+    n_pool: int
+    metric: str
+    goal: str
+    level: int = 0
+    epoch: int = 0
+    in_stage: int = 0
+    history: tuple[float, ...] = ()
+    cohort: NDArray[np.int64] | None = None

@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import ClassVar
 
 from simfl._checks import check_choice, check_int, check_real
 from simfl.policies.base import (
+    RoundPlan,
     SyncPolicy,
+    View,
     check_sampling,
-    client_sizes,
     cohort_size,
     sample_uniform,
     sample_weighted,
 )
 
-if TYPE_CHECKING:
-    from simfl.engine import RunContext
-
 __all__ = ["Deadline", "FastestK", "WaitAll"]
 
 
 @dataclass(frozen=True)
-class WaitAll(SyncPolicy):
+class WaitAll(SyncPolicy[None]):
     """Sample a cohort and wait for every job to arrive or drop.
 
     Parameters
@@ -66,22 +61,27 @@ class WaitAll(SyncPolicy):
         if not self.replace:
             cohort_size("WaitAll", self.fraction, self.count, n_devices)
 
-    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
-        n = run.fleet.size
+    def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
+        n = view.n_devices
         if self.replace and self.count is not None:
             size = self.count
         else:
             size = cohort_size("WaitAll", self.fraction, self.count, n)
-        online = run.online()
+        online = view.online()
         if self.weights is None:
-            return sample_uniform(run.round, online, size, run.streams)
-        return sample_weighted(
-            run.round, online, client_sizes(run, "WaitAll"), size, self.replace, run.streams
-        )
+            return None, RoundPlan(sample_uniform(view.round, online, size, view.streams))
+        sizes = view.client_sizes()
+        if sizes is None:
+            raise ValueError(
+                "WaitAll.weights='size' needs a task whose data report client_sizes(); this "
+                "scenario's task does not"
+            )
+        cohort = sample_weighted(view.round, online, sizes, size, self.replace, view.streams)
+        return None, RoundPlan(cohort)
 
 
 @dataclass(frozen=True)
-class Deadline(SyncPolicy):
+class Deadline(SyncPolicy[None]):
     """Sample a cohort uniformly; aggregate what has arrived ``seconds`` after the round starts.
 
     The round closes earlier if every job has arrived or dropped. Jobs still running at the
@@ -108,16 +108,14 @@ class Deadline(SyncPolicy):
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("Deadline", self.fraction, self.count, n_devices)
 
-    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
-        size = cohort_size("Deadline", self.fraction, self.count, run.fleet.size)
-        return sample_uniform(run.round, run.online(), size, run.streams)
-
-    def deadline(self, round: int) -> float:  # noqa: D102
-        return self.seconds
+    def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
+        size = cohort_size("Deadline", self.fraction, self.count, view.n_devices)
+        cohort = sample_uniform(view.round, view.online(), size, view.streams)
+        return None, RoundPlan(cohort, deadline=self.seconds)
 
 
 @dataclass(frozen=True)
-class FastestK(SyncPolicy):
+class FastestK(SyncPolicy[None]):
     """Over-selection: start ``ceil(k * (1 + overcommit))`` jobs, keep the first ``k`` arrivals.
 
     The remaining jobs are cancelled when the ``k``-th update arrives (or the round closes when
@@ -154,8 +152,6 @@ class FastestK(SyncPolicy):
                 f"the fleet size {n_devices} (k={self.k}, overcommit={self.overcommit})"
             )
 
-    def select(self, run: RunContext) -> NDArray[np.int64]:  # noqa: D102
-        return sample_uniform(run.round, run.online(), self.started, run.streams)
-
-    def quota(self, n_selected: int) -> int:  # noqa: D102
-        return min(self.k, n_selected)
+    def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
+        cohort = sample_uniform(view.round, view.online(), self.started, view.streams)
+        return None, RoundPlan(cohort, quota=min(self.k, cohort.size))

@@ -1,25 +1,30 @@
-"""The SimPy engine: the run context every server process shares, and the device job process.
+"""The run context every server loop shares, and the read-only view policies see.
 
-Time and math are separate. Server processes (synchronous rounds in :mod:`simfl.rounds`,
-asynchronous ones in :mod:`simfl.policies.asynchronous`, or a policy's own) decide *who* takes
-part, *when* each step happens and *what arrives*; they never touch model parameters. When
-updates are to be aggregated, the algorithm computes those updates only, in one batched call
-(:meth:`RunContext.updates`), and aggregates them. Updates that would be discarded (late,
-dropped, cancelled) are never computed, yet their time is simulated; ``run(..., lazy=False)``
-computes them too and throws them away, and gives identical results.
+Time and math are separate. The loops (:mod:`simfl.engine.sync`,
+:mod:`simfl.engine.asynchronous`) decide *who* takes part, *when* each step happens and *what
+arrives*; they never touch model parameters. When updates are to be aggregated, the algorithm
+computes those updates only, in one batched call (:meth:`RunContext.updates`), and aggregates
+them. Updates that would be discarded (late, dropped, cancelled) are never computed, yet their
+time is simulated; ``run(..., lazy=False)`` computes them too and throws them away, and gives
+identical results.
 
-A device job reads like the protocol::
+The stop rules live here, in one place, for every loop: ``rounds``, ``target`` and a diverged or
+failed aggregation (checked after each aggregation), the stall rule (below), ``offline`` (no
+device will ever be online again) and ``max_time`` (the clock reaches the budget; see
+:func:`simfl.engine.run`).
 
-    download -> compute -> upload     (each stage raced by the device's failure clock)
+Stall rule: a run stops as ``stalled`` after :data:`STALL_ROUNDS` aggregations in a row that
+were *idle* (nothing arrived, or the clock advanced by less than :data:`STALL_SHARE` times
+``max_time``), or at once when an aggregation leaves the clock where it was and only
+``max_time`` could end the run. Such a run would otherwise loop for ever, or for more rounds
+than any host could play, without the model changing.
 """
 
 from __future__ import annotations
 
 import math
-import time
 import traceback
 from collections.abc import Callable, Generator
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
@@ -27,39 +32,34 @@ import simpy
 from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
-from simfl._checks import check_choice
 from simfl.algorithms.base import Updates
 from simfl.availability import AvailabilityCursor
-from simfl.device_jobs import DeviceRuntime, fast_job
-from simfl.flows import FlowNetwork
-from simfl.jobs import (
-    ARRIVED,
-    JobPlan,
-    bytes_moved,
-    plan_jobs,
-    planned_split,
-    resolution,
-    time_split,
-)
-from simfl.results import Recorder, Results
+from simfl.engine.jobs import JobPlan, plan_jobs
+from simfl.engine.links import FlowNetwork
+from simfl.engine.live import DeviceRuntime
+from simfl.engine.playback import Live, Planned, Playback
+from simfl.outcome import ARRIVED
+from simfl.results import Recorder
 from simfl.rng import Streams
 from simfl.scenario import Scenario
 
-__all__ = ["RunContext", "run", "simfl_version"]
-
-Callback = Callable[[int], None]
+__all__ = ["STALL_ROUNDS", "STALL_SHARE", "UPDATE_SLICE", "PolicyView", "RunContext"]
 
 #: Cohorts larger than this compute their local updates in slices of this many clients.
 UPDATE_SLICE = 512
+#: Idle aggregations in a row after which a run stops as ``stalled``.
+STALL_ROUNDS = 1000
+#: An aggregation advancing the clock by less than this share of ``max_time`` is idle.
+STALL_SHARE = 1e-9
 
 
 class RunContext:
-    """Everything one run shares: clock, streams, data, state, records, stop rules.
+    """Everything one run shares: clock, streams, data, state, playback, records, stop rules.
 
-    Server processes use its primitives: :meth:`plan` and :meth:`start_jobs` to run device jobs,
+    Loops use its primitives: :meth:`plan` to plan device jobs, :attr:`playback` to play them,
     :meth:`record_jobs` to record them, :meth:`updates` and :meth:`apply` to compute and
     aggregate updates, and :meth:`end_aggregation` to record the aggregation, evaluate and check
-    the stop rules. Built by :func:`run`.
+    the stop rules. Built by :func:`simfl.engine.run`.
     """
 
     def __init__(
@@ -73,8 +73,6 @@ class RunContext:
     ) -> None:
         self.scenario = scenario
         self.lazy = lazy
-        #: Play synchronous rounds on private links without job events (see :mod:`simfl.rounds`).
-        self.batched = batched
         self.on_error = on_error
         self.env = simpy.Environment()
         self.streams = Streams(scenario.seed)
@@ -82,13 +80,13 @@ class RunContext:
         self.algorithm = scenario.algorithm
         task = scenario.task
         self.metrics: tuple[str, ...] = task.metrics if task is not None else ()
+        self.goals: dict[str, str] = dict(task.goals) if task is not None else {}
         self.recorder = Recorder(self.metrics)
         #: Number of aggregations so far (the index of the next one).
         self.round = 0
         self.stop_reason: str | None = None
         self.error: str | None = None
-        #: Called at the end of the run to record whatever the server still has in flight.
-        self.abandon: Callable[[], None] | None = None
+        self.idle_rounds = 0
         self.bar = tqdm(
             total=scenario.rounds,
             desc=scenario.name,
@@ -103,20 +101,10 @@ class RunContext:
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
         self.network: FlowNetwork | None = None
-        self.links: tuple[Any, Any, Any] | None = None
-        path_latency = None
-        if scenario.network is not None:
-            topology = scenario.network.build(
-                fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency
-            )
-            self.network = FlowNetwork(self.env, topology)
-            self.links = topology.device_links()
-            path_latency = topology.path_latency
-        self.devices: DeviceRuntime | None = None
-        if self.cursor is not None or self.network is not None:
-            self.devices = DeviceRuntime(
-                self.env, self.cursor, fleet.offline, self.network, path_latency
-            )
+        self.playback = self._playback(scenario)
+        #: Play synchronous rounds without job events where the playback is planned.
+        self.batched = batched and self.playback.planned
+        self.view = PolicyView(self)
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)
         #: Metrics of the initial state (before round 0), kept in ``Results.meta``.
@@ -124,12 +112,29 @@ class RunContext:
             self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
         )
 
+    def _playback(self, scenario: Scenario) -> Playback:
+        """The run's job playback: planned unless devices go offline or share links."""
+        fleet = scenario.fleet
+        if scenario.network is None and self.cursor is None:
+            return Planned(self.env, fleet, None)
+        links = None
+        path_latency = None
+        if scenario.network is not None:
+            topology = scenario.network.build(
+                fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency
+            )
+            self.network = FlowNetwork(self.env, topology)
+            links = topology.device_links()
+            path_latency = topology.path_latency
+        devices = DeviceRuntime(self.env, self.cursor, fleet.offline, self.network, path_latency)
+        return Live(self.env, fleet, links, devices, self.network)
+
     # ----------------------------------------------------------------- jobs
     def plan(self, devices: NDArray[np.int64], *, key: int, stage: int) -> JobPlan:
         """Jobs of ``devices`` starting now, keyed by ``key`` (the round, for synchronous runs).
 
-        Nothing starts: policies use this to observe speeds before choosing (the draws are
-        keyed, so starting the same jobs later reproduces them exactly).
+        Nothing starts: policies observe speeds this way before choosing (the draws are keyed,
+        so starting the same jobs later reproduces them exactly).
         """
         return plan_jobs(
             self.fleet,
@@ -140,7 +145,7 @@ class RunContext:
             work=self.algorithm.work(self.state, devices),
             payload=self.algorithm.payload(self.state),
             streams=self.streams,
-            links=self.links,
+            links=self.playback.links,
         )
 
     def online(self) -> NDArray[np.int64]:
@@ -150,7 +155,7 @@ class RunContext:
         return np.flatnonzero(self.cursor.online(self.env.now)).astype(np.int64)
 
     def wait_online(self) -> Generator[Any, Any, None]:
-        """Wait until some device is online (stop the run if none ever will be)."""
+        """Wait until some device is online (stop the run as ``offline`` if none ever will be)."""
         while self.cursor is not None:
             t = self.cursor.next_online(self.env.now)
             if t <= self.env.now:
@@ -159,31 +164,6 @@ class RunContext:
                 self.stop("offline")
                 return
             yield self.env.timeout(t - self.env.now)
-
-    def start_jobs(
-        self, plan: JobPlan, on_arrive: Callback, on_drop: Callback, *, local: bool = False
-    ) -> list[simpy.Process]:
-        """Start the SimPy process of every job of ``plan``.
-
-        ``local``: transfers go only as far as each device's edge server (needs a network).
-        """
-        env = self.env
-        if local:
-            if self.devices is None or self.network is None:
-                raise ValueError("edge-local jobs need a Scenario.network")
-            devices = self.devices
-            return [
-                env.process(devices.process(plan, j, on_arrive, on_drop, True))
-                for j in range(plan.size)
-            ]
-        if self.devices is None:
-            after, arrives = resolution(plan)
-            return [
-                env.process(fast_job(env, float(a), bool(ok), j, on_arrive, on_drop))
-                for j, (a, ok) in enumerate(zip(after, arrives, strict=True))
-            ]
-        devices = self.devices
-        return [env.process(devices.process(plan, j, on_arrive, on_drop)) for j in range(plan.size)]
 
     def record_jobs(
         self,
@@ -197,17 +177,7 @@ class RunContext:
     ) -> tuple[float, float]:
         """Append the rows of the jobs of ``plan``; return the bytes they moved down and up."""
         n = plan.size
-        if self.devices is None and (status == ARRIVED).all():
-            # every stage done, every byte moved: nothing to work out
-            down, comp, up = plan.download, plan.compute, plan.upload
-            b_down, b_up = plan.size_down, plan.size_up
-        elif self.devices is None:
-            down, comp, up, progress = planned_split(plan, status, t_end)
-            b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links, progress)
-        else:
-            self.devices.finalize(plan)  # flows of jobs stopped without running their process
-            down, comp, up = time_split(plan, t_end)
-            b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
+        down, comp, up, b_down, b_up = self.playback.split(plan, status, t_end)
         if staleness is None:
             staleness = np.where(status == ARRIVED, 0.0, np.nan)
         rounds = np.asarray(round, dtype=np.int64)
@@ -255,6 +225,11 @@ class RunContext:
             self._local_updates(state, clients[~accepted], key)
         return updates
 
+    def discard(self, state: Any, clients: NDArray[np.int64], key: int) -> None:
+        """Compute and throw away updates that will not be applied (eager runs only)."""
+        if not self.lazy:
+            self._local_updates(state, clients, key)
+
     def _local_updates(self, state: Any, clients: NDArray[np.int64], key: int) -> Updates:
         """The algorithm's updates of ``clients``, in slices of at most :data:`UPDATE_SLICE`.
 
@@ -290,8 +265,7 @@ class RunContext:
             if self.on_error == "raise":
                 raise
             row["status"] = "error"
-            self.error = traceback.format_exc()
-            self.stop("error")
+            self.fail(traceback.format_exc())
             return
         self.state = state
         if "loss" in updates and len(updates["loss"]):
@@ -307,22 +281,40 @@ class RunContext:
         sc = self.scenario
         if sc.rounds is not None and self.round >= sc.rounds:
             self.stop("rounds")
-        if sc.rounds is None and row["time"] == row["t_start"] and self.stop_reason is None:
-            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
+        self._check_stall(row)
         due = self.round % sc.eval_every == 0 or self.stop_reason is not None
         if due and self.metrics and row["status"] in ("ok", "empty"):
             self._evaluate()
         self.bar.update(1)
 
+    def _check_stall(self, row: dict[str, Any]) -> None:
+        """The stall rule (see the module docstring)."""
+        sc = self.scenario
+        advance = row["time"] - row["t_start"]
+        if sc.rounds is None and advance == 0:
+            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
+        idle = row["n_arrived"] == 0 or (
+            sc.max_time is not None and advance < STALL_SHARE * sc.max_time
+        )
+        self.idle_rounds = self.idle_rounds + 1 if idle else 0
+        if self.idle_rounds >= STALL_ROUNDS:
+            self.stop("stalled")
+
     @property
     def stopped(self) -> bool:
-        """Whether a stop rule has fired (the server should not start another round)."""
+        """Whether a stop rule has fired (the loop should not start another round)."""
         return self.stop_reason is not None
 
     def stop(self, reason: str) -> None:
         """Ask the run to stop after the current aggregation (the first reason wins)."""
         if self.stop_reason is None:
             self.stop_reason = reason
+
+    def fail(self, error: str) -> None:
+        """Record a failure (a traceback) and stop the run as ``error``."""
+        if self.error is None:
+            self.error = error
+        self.stop("error")
 
     def _evaluate(self) -> None:
         try:
@@ -331,8 +323,7 @@ class RunContext:
         except Exception:
             if self.on_error == "raise":
                 raise
-            self.error = traceback.format_exc()
-            self.stop("error")
+            self.fail(traceback.format_exc())
             return
         self.recorder.set_metrics(metrics)
         if not all(math.isfinite(v) for v in metrics.values()):
@@ -347,10 +338,7 @@ class RunContext:
             )
 
     def finish(self) -> None:
-        """Record what is still in flight; evaluate the final state if it was not."""
-        if self.abandon is not None:
-            self.abandon()
-            self.abandon = None
+        """Evaluate the final state if it was not (after the loop recorded what was in flight)."""
         rec = self.recorder
         if not self.metrics or rec.n_rounds == 0 or self.error is not None:
             return
@@ -360,85 +348,52 @@ class RunContext:
             self._evaluate()
 
 
-def simfl_version() -> str:
-    """The installed simfl version (``"unknown"`` when running from a bare source tree)."""
-    try:
-        return version("simfl")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
+class PolicyView:
+    """The read-only :class:`~simfl.policies.View` of a run that policies decide from."""
 
+    __slots__ = ("_ctx",)
 
-def run(
-    scenario: Scenario,
-    *,
-    progress: bool = True,
-    lazy: bool = True,
-    on_error: str = "record",
-    batched: bool = True,
-) -> Results:
-    """Simulate ``scenario`` and return its :class:`~simfl.results.Results`.
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
 
-    Deterministic: the same scenario (including its seed) gives identical DataFrames.
+    @property
+    def round(self) -> int:  # noqa: D102
+        return self._ctx.round
 
-    Parameters
-    ----------
-    scenario
-        What to run.
-    progress
-        Show a progress bar on stderr.
-    lazy
-        Compute only the updates that are aggregated (default). ``False`` computes every started
-        job's update and discards the rest; the results are identical, only slower.
-    on_error
-        ``"record"`` (default): an exception in the algorithm or task ends the run, is stored in
-        ``meta["error"]`` and everything computed so far is returned. ``"raise"``: re-raise it.
-    batched
-        Play synchronous rounds whose devices have private links and are always online
-        without job events: each round's outcome follows from its job plan in one vectorised
-        step (default). ``False`` plays every job as a SimPy process, the straightforward
-        path; the results are identical.
-    """
-    if not isinstance(scenario, Scenario):
-        raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
-    check_choice("run on_error", on_error, ("record", "raise"))
-    started = time.perf_counter()
-    if not isinstance(batched, bool):
-        raise ValueError(f"run batched must be True or False, got {batched!r}")
-    ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error, batched=batched)
-    env = ctx.env
-    server = env.process(scenario.policy.serve(ctx))
-    until: simpy.Event = server
-    if scenario.max_time is not None:
-        until = server | env.timeout(scenario.max_time)
-    status = "ok"
-    try:
-        env.run(until=until)
-    except KeyboardInterrupt:
-        ctx.stop("interrupted")
-        status = "interrupted"
-    finally:
-        ctx.bar.close()
-    if ctx.abandon is not None:
-        ctx.stop("max_time")
-    ctx.finish()
-    if ctx.error is not None:
-        status = "error"
-    meta: dict[str, Any] = {
-        "scenario": scenario.name,
-        "scenario_repr": repr(scenario),
-        "seed": scenario.seed,
-        "n_devices": scenario.fleet.size,
-        "algorithm": scenario.algorithm.name,
-        "policy": scenario.policy.name,
-        "metrics": list(ctx.metrics),
-        "initial_metrics": ctx.initial_metrics,
-        "lazy": lazy,
-        "batched": batched,
-        "stop_reason": ctx.stop_reason or "max_time",
-        "status": status,
-        "error": ctx.error,
-        "sim_time": float(env.now),
-        "host_seconds": time.perf_counter() - started,
-        "simfl_version": simfl_version(),
-    }
-    return ctx.recorder.results(meta, ctx.state)
+    @property
+    def now(self) -> float:  # noqa: D102
+        return float(self._ctx.env.now)
+
+    @property
+    def n_devices(self) -> int:  # noqa: D102
+        return self._ctx.fleet.size
+
+    @property
+    def streams(self) -> Streams:  # noqa: D102
+        return self._ctx.streams
+
+    @property
+    def goals(self) -> dict[str, str]:  # noqa: D102
+        return self._ctx.goals
+
+    def online(self) -> NDArray[np.int64]:  # noqa: D102
+        return self._ctx.online()
+
+    def online_mask(self) -> NDArray[np.bool_] | None:  # noqa: D102
+        cursor = self._ctx.cursor
+        return None if cursor is None else cursor.online(self._ctx.env.now)
+
+    def is_online(self, device: int) -> bool:  # noqa: D102
+        cursor = self._ctx.cursor
+        return cursor is None or cursor.window(device, self._ctx.env.now)[0]
+
+    def durations(self, devices: NDArray[np.int64], *, stage: int) -> NDArray[np.float64]:  # noqa: D102
+        ctx = self._ctx
+        return ctx.plan(devices, key=ctx.round, stage=stage).duration
+
+    def client_sizes(self) -> NDArray[np.float64] | None:  # noqa: D102
+        sizes = getattr(self._ctx.data, "client_sizes", None)
+        return None if sizes is None else np.asarray(sizes(), dtype=np.float64)
+
+    def last(self, column: str) -> float:  # noqa: D102
+        return float(self._ctx.recorder.last_round(column))

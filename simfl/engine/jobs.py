@@ -1,9 +1,9 @@
-"""Device jobs: what each selected device will do in a round, planned before it starts.
+"""Device jobs: what each selected device will do, planned before it starts.
 
 A job is ``download -> compute -> upload``. Its stage durations and its dropout instant are
 functions of the keyed random streams, the fleet and the algorithm's work and payload, so they
 are planned for the whole cohort in one vectorised step; the SimPy processes in
-:mod:`simfl.engine` then play the plan out in simulated time.
+:mod:`simfl.engine.playback` then plays the plan out in simulated time.
 
 Dropouts: a device fails at rate ``dropout_rate`` per busy second. Because the exponential clock
 is memoryless, its time-to-failure can be drawn when the job starts and raced against the
@@ -19,15 +19,10 @@ from numpy.typing import NDArray
 
 from simfl.fleet import Fleet
 from simfl.network import Payload, bytes_delivered, transfer_seconds
+from simfl.outcome import ARRIVED, DROPPED
 from simfl.rng import Streams
 
 __all__ = [
-    "ARRIVED",
-    "CANCELLED",
-    "DROPPED",
-    "LATE",
-    "RUNNING",
-    "STATUSES",
     "JobPlan",
     "bytes_moved",
     "concat_plans",
@@ -36,12 +31,6 @@ __all__ = [
     "resolution",
     "time_split",
 ]
-
-#: Final status of a job, as stored in ``Results.clients["status"]``.
-STATUSES = ("arrived", "late", "dropped", "cancelled")
-ARRIVED, LATE, DROPPED, CANCELLED = 0, 1, 2, 3
-#: Status of a job still in progress (never recorded).
-RUNNING = -1
 
 Array = NDArray[np.float64]
 
@@ -139,6 +128,15 @@ def plan_jobs(
         latency, bw_down, bw_up = (a[devices] for a in links)
     download = transfer_seconds(payload.down, bw_down, latency)
     upload = transfer_seconds(payload.up, bw_up, latency)
+    total = download + compute + upload
+    if not np.isfinite(total).all():
+        bad = int(np.flatnonzero(~np.isfinite(total))[0])
+        raise ValueError(
+            f"the planned job of device {int(devices[bad])} in round {round} lasts "
+            f"{float(download[bad])!r} + {float(compute[bad])!r} + {float(upload[bad])!r} "
+            f"seconds (download + compute + upload): job durations must be finite; lower the "
+            f"fleet's compute distribution or scale, or the algorithm's work"
+        )
     rate = fleet.dropout_rate[devices]
     if rate.any():
         u = streams.uniform("dropout", devices, round)

@@ -1,20 +1,11 @@
-"""The device job process: download, compute, upload.
+"""Live device jobs: download, compute, upload, stage by stage, for the ``Live`` playback.
 
-Two implementations of the same protocol:
-
-:func:`fast_job`
-    Private links and devices that are always online: every stage's duration is known when the
-    job starts, so the whole job is one timeout, raced only by the device's failure clock (drawn
-    up front: the hazard is memoryless). Synchronous rounds skip even that and play the cohort
-    out without events (:mod:`simfl.rounds`).
-:class:`DeviceRuntime`
-    Devices with on/off availability and/or a shared network: a transfer's duration depends on
-    the other flows on its links (:mod:`simfl.flows`), and a device going offline aborts the job
-    or pauses it (its failure clock pauses too). Used whenever the fleet has an availability or
-    the scenario a network.
+Devices with on/off availability and/or a shared network: a transfer's duration depends on the
+other flows on its links (:mod:`simfl.engine.links`), and a device going offline aborts the job
+or pauses it (its failure clock pauses too).
 
 :class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.jobs.JobPlan` (stages
-completed, busy seconds per stage, bytes moved); both report ``on_arrive(j)`` or
+completed, busy seconds per stage, bytes moved); jobs report ``on_arrive(j)`` or
 ``on_drop(j)``, and stop quietly when the server interrupts them (a round closing, the run
 ending).
 """
@@ -30,36 +21,12 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.availability import AvailabilityCursor
-from simfl.flows import Flow, FlowNetwork
-from simfl.jobs import JobPlan
+from simfl.engine.jobs import JobPlan
+from simfl.engine.links import Flow, FlowNetwork
 
-__all__ = ["DeviceRuntime", "fast_job"]
+__all__ = ["DeviceRuntime"]
 
 Callback = Callable[[int], None]
-
-
-def fast_job(
-    env: simpy.Environment,
-    after: float,
-    arrives: bool,
-    j: int,
-    on_arrive: Callback,
-    on_drop: Callback,
-) -> Generator[Any, Any, None]:
-    """Job ``j`` on private links, its device always online: one timeout.
-
-    Nothing contends with its stages, so the job is a single race between its planned duration
-    and its failure clock (:func:`simfl.jobs.resolution` gives ``after`` and ``arrives``); where
-    it stood when stopped follows from the plan (:func:`simfl.jobs.planned_split`).
-    """
-    try:
-        yield env.timeout(after)
-    except simpy.Interrupt:
-        return  # stopped by the server, which records the job
-    if arrives:
-        on_arrive(j)
-    else:
-        on_drop(j)
 
 
 class DeviceRuntime:

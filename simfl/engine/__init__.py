@@ -1,0 +1,158 @@
+"""The engine: the only code that knows SimPy. It owns every server loop and every stop rule.
+
+:func:`run` builds a :class:`~simfl.engine.context.RunContext` (clock, keyed streams, task
+data, algorithm state, the job playback chosen once for the run, records), picks the loop of the
+policy's family, plays it until a stop rule fires, records whatever is still in flight and
+returns :class:`~simfl.results.Results`.
+
+* :mod:`~simfl.engine.jobs` plans device jobs (download, compute, upload, failure clock) in one
+  vectorised step; :mod:`~simfl.engine.playback` plays them (planned or live);
+  :mod:`~simfl.engine.live` and :mod:`~simfl.engine.links` are the live machinery
+  (availability, max-min fair shared links).
+* :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds
+  through edge servers); :mod:`~simfl.engine.asynchronous` the asynchronous one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import simpy
+from simpy.core import EmptySchedule
+
+from simfl._checks import check_choice
+from simfl.engine.asynchronous import AsyncLoop
+from simfl.engine.context import RunContext
+from simfl.engine.sync import SyncLoop
+from simfl.policies.base import AsyncPolicy, SyncPolicy
+from simfl.results import Results
+from simfl.scenario import Scenario
+
+__all__ = ["run", "simfl_version"]
+
+
+def simfl_version() -> str:
+    """The installed simfl version (``"unknown"`` when running from a bare source tree)."""
+    try:
+        return version("simfl")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def run(
+    scenario: Scenario,
+    *,
+    progress: bool = True,
+    lazy: bool = True,
+    on_error: str = "record",
+    batched: bool = True,
+) -> Results:
+    """Simulate ``scenario`` and return its :class:`~simfl.results.Results`.
+
+    Deterministic: the same scenario (including its seed) gives identical DataFrames. Every run
+    ends with a stop reason in ``meta["stop_reason"]``: ``rounds``, ``max_time``, ``target``,
+    ``stalled``, ``offline`` (no device will ever be online again, or paused jobs wait for
+    devices that never return), ``diverged``, ``error`` or ``interrupted``; the rows recorded up
+    to then are kept.
+
+    Parameters
+    ----------
+    scenario
+        What to run.
+    progress
+        Show a progress bar on stderr.
+    lazy
+        Compute only the updates that are aggregated (default). ``False`` computes every started
+        job's update and discards the rest; the results are identical, only slower.
+    on_error
+        ``"record"`` (default): an exception (in the algorithm, the task, the policy) ends the
+        run, is stored in ``meta["error"]`` and everything computed so far is returned.
+        ``"raise"``: re-raise it.
+    batched
+        Play synchronous rounds whose devices have private links and are always online
+        without job events: each round's outcome follows from its job plan in one vectorised
+        step (default). ``False`` plays every job as a SimPy process, the straightforward
+        path; the results are identical.
+    """
+    if not isinstance(scenario, Scenario):
+        raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
+    check_choice("run on_error", on_error, ("record", "raise"))
+    if not isinstance(batched, bool):
+        raise ValueError(f"run batched must be True or False, got {batched!r}")
+    started = time.perf_counter()
+    ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error, batched=batched)
+    loop = _loop(ctx)
+    status = _play(ctx, loop)
+    if loop.in_flight:
+        ctx.stop("max_time")
+    loop.abandon()
+    ctx.finish()
+    if ctx.error is not None:
+        status = "error"
+    meta: dict[str, Any] = {
+        "scenario": scenario.name,
+        "scenario_repr": repr(scenario),
+        "seed": scenario.seed,
+        "n_devices": scenario.fleet.size,
+        "algorithm": scenario.algorithm.name,
+        "policy": scenario.policy.name,
+        "metrics": list(ctx.metrics),
+        "initial_metrics": ctx.initial_metrics,
+        "lazy": lazy,
+        "batched": batched,
+        "stop_reason": ctx.stop_reason or "max_time",
+        "status": status,
+        "error": ctx.error,
+        "sim_time": float(ctx.env.now),
+        "host_seconds": time.perf_counter() - started,
+        "simfl_version": simfl_version(),
+    }
+    return ctx.recorder.results(meta, ctx.state)
+
+
+def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop:
+    """The server loop of the scenario's policy family."""
+    policy = ctx.scenario.policy
+    if isinstance(policy, AsyncPolicy):
+        return AsyncLoop(ctx, policy)
+    if isinstance(policy, SyncPolicy):
+        return SyncLoop(ctx, policy)
+    raise ValueError(  # pragma: no cover - Scenario accepts only these families
+        f"Scenario.policy must be a SyncPolicy, EdgePolicy or AsyncPolicy, got {policy!r}"
+    )
+
+
+def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop) -> str:
+    """Run the event loop until the server stops or ``max_time``; return the run's status.
+
+    Nothing escapes with ``on_error="record"``: an exception anywhere in the loop is recorded
+    (``error``), and a schedule that runs dry while the server still waits (paused jobs whose
+    devices never return) ends the run as ``offline``.
+    """
+    env = ctx.env
+    server = env.process(loop.serve())
+    until: simpy.Event = server
+    if ctx.scenario.max_time is not None:
+        until = server | env.timeout(ctx.scenario.max_time)
+    step = env.step
+    try:
+        while until.callbacks is not None:  # not yet processed
+            step()
+    except EmptySchedule:
+        ctx.stop("offline")  # nothing will ever happen again: paused jobs wait for ever
+    except KeyboardInterrupt:
+        ctx.stop("interrupted")
+        return "interrupted"
+    except Exception:
+        if ctx.on_error == "raise":
+            raise
+        ctx.fail(traceback.format_exc())
+    finally:
+        ctx.bar.close()
+    if math.isinf(env.now):  # pragma: no cover - finite durations are enforced when planned
+        ctx.fail("the simulated clock reached infinity")
+    return "ok"

@@ -1,0 +1,308 @@
+"""The synchronous loop: plan a round, play its jobs, close it, aggregate, tell the policy.
+
+One loop serves every synchronous policy (:class:`~simfl.policies.SyncPolicy`): the policy
+decides each round (:class:`~simfl.policies.RoundPlan`) and observes its outcome; the loop
+does everything else. A round closes at the earliest of: ``quota`` arrivals; every job resolved
+(arrived or dropped; the server notices a dropout when it happens, like a broken connection);
+the deadline. Jobs still running then are recorded ``late`` if the deadline closed the round
+and ``cancelled`` otherwise (over-selection), and their updates are never computed. The
+algorithm then computes the arrived updates in one batched call and aggregates them, told the
+round's :class:`~simfl.outcome.Outcome`.
+
+How a round is played is chosen once per run: without job events where the playback is planned
+(:func:`_batched_round`), with one SimPy process per job otherwise (:func:`_process_round`), or
+through edge servers for an :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from simfl.engine.aggregation import close_aggregation
+from simfl.engine.edge import EdgeRound
+from simfl.engine.jobs import JobPlan, resolution
+from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, Outcome
+from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
+
+if TYPE_CHECKING:
+    from simfl.engine.context import RunContext
+
+__all__ = ["RoundState", "SyncLoop"]
+
+
+class RoundState:
+    """Book-keeping of one synchronous round while its jobs run."""
+
+    __slots__ = (
+        "closed",
+        "done",
+        "env",
+        "n_arrived",
+        "n_resolved",
+        "plan",
+        "procs",
+        "quota",
+        "round",
+        "settle",
+        "stage",
+        "status",
+        "t_end",
+    )
+
+    def __init__(
+        self, env: simpy.Environment, plan: JobPlan, quota: int, round: int, stage: int
+    ) -> None:
+        self.env = env
+        self.plan = plan
+        self.quota = quota
+        self.round = round
+        self.stage = stage
+        #: Brings the record up to now (event-free rounds, whose jobs report nothing).
+        self.settle: Callable[[], None] | None = None
+        self.status = np.full(plan.size, RUNNING, dtype=np.int8)
+        self.t_end = np.full(plan.size, math.nan)
+        self.n_arrived = 0
+        self.n_resolved = 0
+        self.closed = False
+        self.done = env.event()
+        self.procs: list[simpy.Process] = []
+
+    def arrive(self, j: int) -> None:
+        """Job ``j``'s update reached the server."""
+        if self.closed:
+            return  # arrived at the very instant the round closed, after it: not accepted
+        self.status[j] = ARRIVED
+        self.t_end[j] = self.env.now
+        self.n_arrived += 1
+        self._resolved()
+
+    def drop(self, j: int) -> None:
+        """Job ``j``'s device failed."""
+        if self.closed:
+            return
+        self.status[j] = DROPPED
+        self.t_end[j] = self.env.now
+        self._resolved()
+
+    def _resolved(self) -> None:
+        self.n_resolved += 1
+        if self.n_arrived >= self.quota or self.n_resolved == self.plan.size:
+            self.closed = True
+            self.done.succeed()
+
+    def close(self, status: int) -> None:
+        """Stop every job still running now, recording it with ``status``."""
+        self.closed = True
+        running = np.flatnonzero(self.status == RUNNING)
+        self.status[running] = status
+        self.t_end[running] = self.env.now
+        for j in running if self.procs else ():
+            proc = self.procs[j]
+            if proc.is_alive:
+                proc.interrupt(status)
+
+
+class SyncLoop:
+    """The server loop of a synchronous policy (one per run)."""
+
+    def __init__(self, ctx: RunContext, policy: SyncPolicy[Any]) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        #: The round in flight (``None`` between rounds).
+        self.current: RoundState | None = None
+        self.edge = isinstance(policy, EdgePolicy)
+        self.edge_round: EdgeRound | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a round is being played."""
+        return self.current is not None or self.edge_round is not None
+
+    def serve(self) -> Generator[Any, Any, None]:
+        """The loop: wait for an online device, plan, play, aggregate, observe."""
+        ctx, policy = self.ctx, self.policy
+        view = ctx.view
+        state = policy.start(view)
+        while ctx.stop_reason is None:
+            yield from ctx.wait_online()
+            if ctx.stopped:
+                break
+            state, plan = policy.plan(state, view)
+            if self.edge:
+                outcome = yield from self._edge(plan)
+            else:
+                outcome = yield from self._flat(plan)
+            state = policy.observe(state, outcome, view)
+
+    def _flat(self, decision: RoundPlan) -> Generator[Any, Any, Outcome]:
+        """Play one round whose devices talk to the server directly."""
+        ctx = self.ctx
+        env = ctx.env
+        r = ctx.round
+        t0 = env.now
+        stage = decision.stage
+        cohort = decision.cohort
+        repeats = None
+        if not (cohort[1:] > cohort[:-1]).all():  # drawn twice: one job, two votes
+            cohort, repeats = np.unique(cohort, return_counts=True)
+        epoch = stage if decision.speed_epoch is None else decision.speed_epoch
+        plan = ctx.plan(cohort, key=r, stage=epoch)
+        quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
+        rnd = RoundState(env, plan, quota, r, stage)
+        self.current = rnd
+        if plan.size == 0:  # an empty cohort: the round closes at once, empty
+            rnd.closed = True
+        elif ctx.batched:
+            yield from _batched_round(ctx, rnd, decision.deadline)
+        else:
+            yield from _process_round(ctx, rnd, decision.deadline)
+        self.current = None
+        status = rnd.status
+        b_down, b_up = ctx.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
+        return close_aggregation(
+            ctx,
+            plan,
+            status,
+            rnd.t_end,
+            round=r,
+            stage=stage,
+            t_start=t0,
+            bytes_moved=(b_down, b_up),
+            repeats=repeats,
+        )
+
+    def _edge(self, decision: RoundPlan) -> Generator[Any, Any, Outcome]:
+        """Play one round through the edge servers."""
+        self.edge_round = EdgeRound(self.ctx, decision)
+        outcome = yield from self.edge_round.play()
+        self.edge_round = None
+        return outcome
+
+    def abandon(self) -> None:
+        """At the end of the run: record the round in flight, its jobs ``cancelled``."""
+        if self.edge_round is not None:
+            self.edge_round.abandon()
+            self.edge_round = None
+        rnd = self.current
+        if rnd is None:
+            return
+        self.current = None
+        if rnd.settle is not None:
+            rnd.settle()
+        received = rnd.status == ARRIVED
+        rnd.close(CANCELLED)
+        rnd.status[received] = CANCELLED  # received but never aggregated
+        self.ctx.record_jobs(rnd.plan, rnd.status, rnd.t_end, round=rnd.round, stage=rnd.stage)
+
+
+def _process_round(
+    ctx: RunContext, rnd: RoundState, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """Play the round's jobs as SimPy processes until the round closes."""
+    env, plan = ctx.env, rnd.plan
+    rnd.procs = ctx.playback.start(plan, rnd.arrive, rnd.drop)
+    if deadline is None:
+        yield rnd.done
+    else:
+        yield rnd.done | env.timeout(deadline)
+    rnd.close(LATE if not rnd.closed else CANCELLED)
+
+
+def _settle(
+    rnd: RoundState,
+    t_res: NDArray[np.float64],
+    arrives: NDArray[np.bool_],
+    order: NDArray[np.int64],
+    t: float,
+) -> None:
+    """Set ``rnd`` to what the job processes would have made of it by time ``t``.
+
+    Jobs resolve in ``order`` (by time, ties by job index: the order their timeouts fire in);
+    each arrives or drops as ``rnd.arrive``/``rnd.drop`` would record it, until the round
+    closes (quota reached or every job resolved); later resolutions are ignored, as the
+    processes' would be.
+    """
+    plan = rnd.plan
+    due = order[: int(np.searchsorted(t_res[order], t, side="right"))]
+    got = arrives[due]
+    closing = np.flatnonzero(np.cumsum(got) >= rnd.quota)
+    last = int(closing[0]) + 1 if closing.size else due.size
+    due, got = due[:last], got[:last]
+    rnd.status[due] = np.where(got, ARRIVED, DROPPED)
+    rnd.t_end[due] = t_res[due]
+    rnd.n_arrived = int(got.sum())
+    rnd.n_resolved = int(due.size)
+    rnd.closed = rnd.n_arrived >= rnd.quota or rnd.n_resolved == plan.size
+
+
+def _delay_until(now: float, t: float) -> float:
+    """A delay ``d >= 0`` with ``now + d == t`` in floating point (so the clock lands on ``t``)."""
+    d = t - now
+    for _ in range(8):
+        reached = now + d
+        if reached == t:
+            return d
+        d = float(np.nextafter(d, math.inf if reached < t else -math.inf))
+    raise AssertionError(f"cannot land the clock on {t!r} from {now!r}")  # pragma: no cover
+
+
+def _batched_round(
+    ctx: RunContext, rnd: RoundState, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """The round without job events: its outcome follows from the plan in one vectorised step.
+
+    On private links with devices always online nothing interacts with a job once it starts,
+    so when each job arrives or drops is known up front. The server sleeps until the round
+    closes and then records exactly what :func:`_process_round` records, ties included: jobs
+    resolving at one instant count in job order, one resolving exactly at the deadline is in
+    time, and (with a ``max_time``) the server wakes on an event created at the closing instant,
+    as the processes' "round done" event is, so a run ending at that very instant abandons the
+    round alike.
+    """
+    env, plan = ctx.env, rnd.plan
+    t0 = env.now
+    after, arrives = resolution(plan)
+    t_res = t0 + after  # when each job's timeout would fire
+    order: NDArray[np.int64] | None = None
+    if rnd.quota >= plan.size or rnd.quota > int(arrives.sum()):
+        # the quota cannot close the round early: it closes when every job has resolved
+        due = np.ones(plan.size, dtype=bool)
+        t_close = float(t_res.max())
+    else:  # over-selection: the quota-th arrival, in the order the timeouts would fire
+        order = np.argsort(t_res, kind="stable")
+        n_due = int(np.flatnonzero(np.cumsum(arrives[order]) >= rnd.quota)[0]) + 1
+        due = np.zeros(plan.size, dtype=bool)
+        due[order[:n_due]] = True
+        t_close = float(t_res[order[n_due - 1]])
+    late = False
+    if deadline is not None:
+        t_deadline = t0 + deadline
+        if t_deadline < t_close:  # a job resolving exactly at the deadline is in time
+            t_close, late = t_deadline, True
+            due = t_res <= t_deadline
+
+    def settle() -> None:  # the run ends while this round is in flight
+        _settle(
+            rnd,
+            t_res,
+            arrives,
+            np.argsort(t_res, kind="stable") if order is None else order,
+            env.now,
+        )
+
+    rnd.settle = settle
+    yield env.timeout(_delay_until(t0, t_close))
+    if ctx.scenario.max_time is not None:
+        # wake on an event created now, like the processes' "done" event, so that a run
+        # ending at this very instant abandons the round as it would with job processes
+        yield env.timeout(0.0)
+    rnd.settle = None
+    rnd.status[:] = np.where(due, np.where(arrives, ARRIVED, DROPPED), LATE if late else CANCELLED)
+    rnd.t_end[:] = np.where(due, t_res, t_close)
+    rnd.closed = True
