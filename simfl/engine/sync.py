@@ -17,7 +17,7 @@ through edge servers for an :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.eng
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,7 +49,7 @@ class RoundState:
         "procs",
         "quota",
         "round",
-        "settle",
+        "schedule",
         "stage",
         "status",
         "t_end",
@@ -63,8 +63,12 @@ class RoundState:
         self.quota = quota
         self.round = round
         self.stage = stage
-        #: Brings the record up to now (event-free rounds, whose jobs report nothing).
-        self.settle: Callable[[], None] | None = None
+        #: When each job resolves, whether it arrives, and the order they resolve in, for
+        #: rounds played without job events (their jobs report nothing while they run).
+        self.schedule: (
+            tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.int64] | None] | None
+        )
+        self.schedule = None
         self.status = np.full(plan.size, RUNNING, dtype=np.int8)
         self.t_end = np.full(plan.size, math.nan)
         self.n_arrived = 0
@@ -193,8 +197,11 @@ class SyncLoop:
         if rnd is None:
             return
         self.current = None
-        if rnd.settle is not None:
-            rnd.settle()
+        if rnd.schedule is not None:  # bring the event-free round's record up to now
+            t_res, arrives, order = rnd.schedule
+            if order is None:
+                order = np.argsort(t_res, kind="stable")
+            _settle(rnd, t_res, arrives, order, self.ctx.env.now)
         received = rnd.status == ARRIVED
         rnd.close(CANCELLED)
         rnd.status[received] = CANCELLED  # received but never aggregated
@@ -287,22 +294,14 @@ def _batched_round(
             t_close, late = t_deadline, True
             due = t_res <= t_deadline
 
-    def settle() -> None:  # the run ends while this round is in flight
-        _settle(
-            rnd,
-            t_res,
-            arrives,
-            np.argsort(t_res, kind="stable") if order is None else order,
-            env.now,
-        )
-
-    rnd.settle = settle
+    # if the run ends while the round is in flight, the loop settles it from this schedule
+    rnd.schedule = (t_res, arrives, order)
     yield env.timeout(_delay_until(t0, t_close))
     if ctx.scenario.max_time is not None:
         # wake on an event created now, like the processes' "done" event, so that a run
         # ending at this very instant abandons the round as it would with job processes
         yield env.timeout(0.0)
-    rnd.settle = None
+    rnd.schedule = None
     rnd.status[:] = np.where(due, np.where(arrives, ARRIVED, DROPPED), LATE if late else CANCELLED)
     rnd.t_end[:] = np.where(due, t_res, t_close)
     rnd.closed = True
