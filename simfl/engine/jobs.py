@@ -117,7 +117,8 @@ def plan_jobs(
     the fleet's private links when the scenario has a network; transfers may then take longer
     than planned when links are shared.
     """
-    compute = work * fleet.compute_draws(devices, round=round, stage=stage, streams=streams)
+    with np.errstate(over="ignore"):  # an overflow is refused just below, with the job named
+        compute = work * fleet.compute_draws(devices, round=round, stage=stage, streams=streams)
     if links is None:
         latency, bw_down, bw_up = (
             fleet.latency[devices],
@@ -128,7 +129,8 @@ def plan_jobs(
         latency, bw_down, bw_up = (a[devices] for a in links)
     download = transfer_seconds(payload.down, bw_down, latency)
     upload = transfer_seconds(payload.up, bw_up, latency)
-    total = download + compute + upload
+    with np.errstate(over="ignore"):
+        total = download + compute + upload
     if not np.isfinite(total).all():
         bad = int(np.flatnonzero(~np.isfinite(total))[0])
         raise ValueError(
