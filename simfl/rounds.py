@@ -21,6 +21,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, JobPlan, resolution
+from simfl.outcome import Outcome
 
 if TYPE_CHECKING:
     from simfl.engine import RunContext
@@ -143,6 +144,7 @@ def sync_round(
         run,
         plan,
         status,
+        t_end=rnd.t_end,
         round=r,
         stage=stage,
         t_start=t0,
@@ -277,6 +279,7 @@ def close_aggregation(
     plan: JobPlan,
     status: NDArray[np.int8],
     *,
+    t_end: NDArray[np.float64],
     round: int,
     stage: int,
     t_start: float,
@@ -285,8 +288,9 @@ def close_aggregation(
 ) -> None:
     """Aggregate the arrived jobs of a synchronous round and record the round's row.
 
-    ``status`` holds the final status of every job of ``plan``; ``repeats`` how many times each
-    device was drawn (sampling with replacement), its update repeated that often.
+    ``status`` and ``t_end`` hold the final status of every job of ``plan`` and when it ended;
+    ``repeats`` how many times each device was drawn (sampling with replacement), its update
+    repeated that often. The algorithm sees all of it as an :class:`~simfl.outcome.Outcome`.
     """
     accepted = status == ARRIVED
     counts = np.bincount(status, minlength=4)  # statuses are 0..3 once a round is closed
@@ -307,13 +311,26 @@ def close_aggregation(
     }
     if counts[ARRIVED]:
         state = run.state
+        outcome = Outcome(
+            round=round,
+            stage=stage,
+            t_start=t_start,
+            time=run.env.now,
+            devices=plan.devices,
+            status=status,
+            job_start=np.broadcast_to(np.asarray(plan.t_start, dtype=np.float64), status.shape),
+            job_end=t_end,
+            staleness=np.where(accepted, 0.0, np.nan),
+            repeats=repeats,
+        )
 
         def compute() -> tuple[Any, Any]:
+            alg = run.algorithm
             updates = run.updates(state, plan.devices, round, accepted)
             if repeats is not None and (repeats > 1).any():
-                counts = repeats[accepted]
-                updates = {k: np.repeat(v, counts, axis=0) for k, v in updates.items()}
-            return run.algorithm.aggregate(state, updates, round), updates
+                updates = updates.repeat(repeats[accepted])
+            new = alg.background(alg.aggregate(state, updates, outcome), run.data, outcome)
+            return new, updates
 
         run.apply(row, compute)
     run.end_aggregation(row)

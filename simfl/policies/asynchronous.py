@@ -15,9 +15,11 @@ FedBuff (Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregati
 ``x <- x + server_lr * (1/K) * sum_i w(s_i) (x_i - x_base(i))`` with ``w(s) = (1 + s)^-e``,
 ``e = 0.5`` by default (``1/sqrt(1 + s)``).
 
-Both mix the algorithm's server-side parameters (:meth:`~simfl.algorithms.Algorithm.shared`) and
-hand the result back through :meth:`~simfl.algorithms.Algorithm.with_shared` (linear FedRep
-re-orthonormalises there). Records: one ``rounds`` row per aggregation (``n_selected`` and
+Both mix the algorithm's server-side parameters (:meth:`~simfl.algorithms.Algorithm.shared`):
+the policy computes the staleness weights only (:meth:`AsyncPolicy.mixer`), the arithmetic of
+the mix is on the algorithm side (:mod:`simfl.algorithms.mixing`), and the result goes back
+through :meth:`~simfl.algorithms.Algorithm.with_shared` (linear FedRep re-orthonormalises
+there). Records: one ``rounds`` row per aggregation (``n_selected`` and
 ``n_dropped`` count the jobs started and dropped since the previous one; ``t_start`` is the
 previous aggregation's time); in ``clients`` a job's ``round`` is the version it downloaded and
 ``staleness`` is recorded for every applied update. Updates in the buffer or in flight when the
@@ -37,8 +39,10 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
-from simfl.algorithms.base import Algorithm
+from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.mixing import BufferedMix, SequentialMix
 from simfl.jobs import ARRIVED, CANCELLED, DROPPED, LATE, JobPlan, concat_plans
+from simfl.outcome import Outcome
 from simfl.policies.base import Policy
 
 if TYPE_CHECKING:
@@ -48,8 +52,6 @@ __all__ = ["AsyncPolicy", "FedAsync", "FedBuff"]
 
 #: A run stops as "stalled" after this many jobs in a row end without an update arriving.
 STALL_JOBS = 10_000
-
-Shared = dict[str, NDArray[Any]]
 
 
 @dataclass(eq=False)
@@ -89,10 +91,8 @@ class AsyncPolicy(Policy):
                 f"as {type(self).__name__}: it must define shared() and with_shared()"
             )
 
-    def combine(
-        self, current: Shared, updates: Shared, bases: list[Shared], staleness: NDArray[np.int64]
-    ) -> Shared:
-        """The new server-side parameters from the applied updates."""
+    def mixer(self, staleness: NDArray[np.int64]) -> SequentialMix | BufferedMix:
+        """How the applied updates, of these staleness values (in order), are mixed in."""
         raise NotImplementedError
 
     def serve(self, run: RunContext) -> Generator[Any, Any, None]:  # noqa: D102
@@ -133,14 +133,11 @@ class FedAsync(AsyncPolicy):
         check_real("FedAsync.mixing", self.mixing, low=0.0, high=1.0, low_open=True)
         _check_common("FedAsync", self.concurrency, self.staleness_exponent, self.max_staleness)
 
-    def combine(  # noqa: D102
-        self, current: Shared, updates: Shared, bases: list[Shared], staleness: NDArray[np.int64]
-    ) -> Shared:
-        out = dict(current)
-        for i, s in enumerate(staleness):
-            a = self.mixing * (1.0 + float(s)) ** -self.staleness_exponent
-            out = {k: (1.0 - a) * out[k] + a * updates[k][i] for k in out}
-        return out
+    def mixer(self, staleness: NDArray[np.int64]) -> SequentialMix:
+        """One update after the other, ``a_i = mixing * (1 + s_i)^-e``."""
+        return SequentialMix(
+            tuple(self.mixing * (1.0 + float(s)) ** -self.staleness_exponent for s in staleness)
+        )
 
 
 @dataclass(frozen=True)
@@ -177,16 +174,10 @@ class FedBuff(AsyncPolicy):
     def buffer(self) -> int:  # noqa: D102
         return self.buffer_size
 
-    def combine(  # noqa: D102
-        self, current: Shared, updates: Shared, bases: list[Shared], staleness: NDArray[np.int64]
-    ) -> Shared:
+    def mixer(self, staleness: NDArray[np.int64]) -> BufferedMix:
+        """Weights ``w_i = (1 + s_i)^-e`` and scale ``server_lr / K`` on the deltas' sum."""
         w = (1.0 + staleness.astype(np.float64)) ** -self.staleness_exponent
-        scale = self.server_lr / staleness.size
-        out = {}
-        for k, x in current.items():
-            delta = sum(w[i] * (updates[k][i] - bases[i][k]) for i in range(staleness.size))
-            out[k] = x + scale * delta
-        return out
+        return BufferedMix(w, self.server_lr / staleness.size)
 
 
 class _AsyncServer:
@@ -303,6 +294,21 @@ class _AsyncServer:
         )
 
     # ----------------------------------------------------------------- aggregation
+    def outcome(self) -> Outcome:
+        """The jobs of the aggregation now due: the drops since the last one, then the buffer."""
+        jobs = self.ended + self.buffer
+        return Outcome(
+            round=self.version,
+            stage=0,
+            t_start=self.last_time,
+            time=self.env.now,
+            devices=np.array([j.device for j in jobs], dtype=np.int64),
+            status=np.array([j.status for j in jobs], dtype=np.int8),
+            job_start=np.array([j.plan.start(0) for j in jobs], dtype=np.float64),
+            job_end=np.array([j.t_end for j in jobs], dtype=np.float64),
+            staleness=np.array([j.staleness for j in jobs], dtype=np.float64),
+        )
+
     def aggregate(self) -> None:
         run, policy, alg = self.run, self.policy, self.run.algorithm
         version = self.version
@@ -328,6 +334,7 @@ class _AsyncServer:
         }
         if applied:
             state = run.state
+            outcome = self.outcome()
 
             def compute() -> tuple[Any, Any]:
                 parts = [
@@ -336,10 +343,11 @@ class _AsyncServer:
                     )
                     for j in applied
                 ]
-                updates = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                updates = Updates.concat(parts)
                 bases = [alg.shared(self.snapshots[j.version][0]) for j in applied]
-                new = policy.combine(alg.shared(state), updates, bases, staleness)
-                return alg.with_shared(state, new), updates
+                new = policy.mixer(staleness).apply(alg.shared(state), updates, bases)
+                mixed = alg.with_shared(state, new)
+                return alg.background(mixed, run.data, outcome), updates
 
             run.apply(row, compute)
         row["bytes_down"], row["bytes_up"] = self.record(self.ended + self.buffer)

@@ -217,6 +217,7 @@ class _EdgeRound:
             run,
             plan,
             status,
+            t_end=t_end,
             round=self.round,
             stage=0,
             t_start=self.t0,
