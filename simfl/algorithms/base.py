@@ -85,6 +85,15 @@ class Updates:
     loss: NDArray[np.float64] | None = None
     weight: NDArray[np.float64] | None = None
 
+    def __post_init__(self) -> None:
+        n = self.clients.shape[0]
+        for v in self._arrays():
+            if v.ndim == 0 or v.shape[0] != n:
+                raise ValueError(
+                    f"Updates: every array needs a first axis of {n} rows (one per client), "
+                    f"got shape {v.shape}"
+                )
+
     def __len__(self) -> int:
         return int(self.clients.shape[0])
 
