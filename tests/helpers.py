@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from simfl import Fleet, Scenario, algorithms, dists, policies, tasks
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload
+from simfl.outcome import ARRIVED, Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
@@ -59,14 +60,19 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
     """Test double: its state is the log of (round, clients) it aggregated.
 
     ``computed`` collects every client whose update was computed and ``aggregated`` the
-    ``(round, client)`` pairs that were aggregated (shared mutable lists); ``fail_at`` makes
-    ``local_updates`` raise in that round.
+    ``(round, client)`` pairs that were aggregated (shared mutable lists); ``outcomes`` and
+    ``background_outcomes`` the outcomes it was handed; ``fail_at`` makes ``local_updates``
+    raise in that round.
     """
 
     computed: list[int] = field(default_factory=list, compare=False)
     aggregated: list[tuple[int, int]] = field(default_factory=list, compare=False)
     #: (model version the update was computed from, client, data key) of every computed update
     bases: list[tuple[int, int, int]] = field(default_factory=list, compare=False)
+    #: the Outcome handed to every ``aggregate`` call, in order
+    outcomes: list[Outcome] = field(default_factory=list, compare=False)
+    #: the Outcome handed to every ``background`` call (after every aggregation, async included)
+    background_outcomes: list[Outcome] = field(default_factory=list, compare=False)
     fail_at: int | None = None
 
     name: ClassVar[str] = "ledger"
@@ -87,11 +93,17 @@ class Ledger(Algorithm[tuple[tuple[int, tuple[int, ...]], ...]]):
             raise RuntimeError(f"boom in round {round}")
         self.computed.extend(int(c) for c in clients)
         self.bases.extend((len(state), int(c), int(round)) for c in clients)
-        return {"client": clients.copy(), "loss": clients.astype(float)}
+        return Updates(clients.copy(), {}, loss=clients.astype(float))
 
-    def aggregate(self, state: Any, updates: Updates, round: int) -> Any:
-        self.aggregated.extend((round, int(c)) for c in updates["client"])
-        return (*state, (round, tuple(int(c) for c in updates["client"])))
+    def aggregate(self, state: Any, updates: Updates, outcome: Outcome) -> Any:
+        r = outcome.round
+        self.aggregated.extend((r, int(c)) for c in updates.clients)
+        self.outcomes.append(outcome)
+        return (*state, (r, tuple(int(c) for c in updates.clients)))
+
+    def background(self, state: Any, data: Any, outcome: Outcome) -> Any:
+        self.background_outcomes.append(outcome)
+        return state
 
     def evaluate(self, state: Any, data: Any) -> dict[str, float]:
         return {}
@@ -146,3 +158,31 @@ class GatedFedRep(algorithms.FedRep):
                 raise RuntimeError(f"gate {self.flag} never opened")
             time.sleep(0.02)
         return super().initial_state(data, streams)
+
+
+def arrived(updates: Updates, round: int = 0) -> Outcome:
+    """An outcome in which exactly the clients of ``updates`` arrived (for direct ``aggregate``)."""
+    devices = np.asarray(updates.clients, dtype=np.int64)
+    n = devices.size
+    return Outcome(
+        round=round,
+        stage=0,
+        t_start=0.0,
+        time=1.0,
+        devices=devices,
+        status=np.full(n, ARRIVED, dtype=np.int8),
+        job_start=np.zeros(n),
+        job_end=np.ones(n),
+        staleness=np.zeros(n),
+    )
+
+
+def rows(updates: Updates) -> dict[str, NDArray[Any]]:
+    """Every array of ``updates`` by name (the clients, each parameter, loss and weight)."""
+    out: dict[str, NDArray[Any]] = {"clients": updates.clients}
+    out.update({f"params.{k}": v for k, v in updates.params.items()})
+    if updates.loss is not None:
+        out["loss"] = updates.loss
+    if updates.weight is not None:
+        out["weight"] = updates.weight
+    return out

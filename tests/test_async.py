@@ -7,6 +7,9 @@ import pandas as pd
 import pytest
 
 from simfl import algorithms, policies, run
+from simfl.algorithms.base import Updates
+from simfl.algorithms.mixing import BufferedMix, SequentialMix
+from simfl.outcome import DROPPED, LATE
 from simfl.policies import FedAsync, FedBuff
 from tests.helpers import Ledger, linear_scenario, timing_scenario
 
@@ -77,23 +80,74 @@ def test_async_is_deterministic_and_lazy_equals_eager(policy):
     assert not a.clients["t_end"].equals(c.clients["t_end"])
 
 
-def test_fedbuff_combine_by_hand():
-    pol = FedBuff(buffer_size=2, server_lr=0.5)
-    current = {"x": np.array([1.0, 2.0])}
-    updates = {"x": np.array([[3.0, 2.0], [1.0, 6.0]])}
+def test_sequential_mix_by_hand():
+    mix = SequentialMix((0.5, 0.25))
+    updates = Updates(np.array([3, 1]), {"x": np.array([[2.0, 0.0], [10.0, 8.0]])})
+    out = mix.apply({"x": np.array([0.0, 4.0])}, updates, [{}, {}])
+    # 0.5 (0, 4) + 0.5 (2, 0) = (1, 2); then 0.75 (1, 2) + 0.25 (10, 8)
+    np.testing.assert_array_equal(out["x"], [3.25, 3.5])
+
+
+def test_buffered_mix_by_hand():
+    mix = BufferedMix(np.array([1.0, 0.5]), 0.25)
+    updates = Updates(np.array([0, 1]), {"x": np.array([[3.0, 2.0], [1.0, 6.0]])})
     bases = [{"x": np.array([1.0, 1.0])}, {"x": np.array([0.0, 2.0])}]
-    out = pol.combine(current, updates, bases, np.array([0, 3]))
-    # deltas (2, 1) with weight 1 and (1, 4) with weight 1/2; mean * 0.5
+    out = mix.apply({"x": np.array([1.0, 2.0])}, updates, bases)
+    # deltas (2, 1) and (1, 4): (1, 2) + 0.25 ((2, 1) + 0.5 (1, 4)) = (1, 2) + 0.25 (2.5, 3)
+    np.testing.assert_array_equal(out["x"], [1.625, 2.75])
+
+
+def test_the_policies_compute_the_staleness_weights_only():
+    fedasync = FedAsync(mixing=0.6, staleness_exponent=0.5).mixer(np.array([0, 3]))
+    assert isinstance(fedasync, SequentialMix)
+    np.testing.assert_allclose(fedasync.alphas, [0.6, 0.6 / 2.0], rtol=1e-15)
+    fedbuff = FedBuff(buffer_size=2, server_lr=0.5).mixer(np.array([0, 3]))
+    assert isinstance(fedbuff, BufferedMix)
+    np.testing.assert_allclose(fedbuff.weights, [1.0, 0.5], rtol=1e-15)
+    assert fedbuff.scale == 0.25  # server_lr / K
+    # FedBuff's update of the paper: x + server_lr * mean_i w(s_i) (x_i - base_i)
+    updates = Updates(np.array([0, 1]), {"x": np.array([[3.0, 2.0], [1.0, 6.0]])})
+    bases = [{"x": np.array([1.0, 1.0])}, {"x": np.array([0.0, 2.0])}]
+    out = fedbuff.apply({"x": np.array([1.0, 2.0])}, updates, bases)
     expected = np.array([1.0, 2.0]) + 0.5 * (
         (np.array([2.0, 1.0]) + 0.5 * np.array([1.0, 4.0])) / 2
     )
     np.testing.assert_allclose(out["x"], expected)
-
-
-def test_fedasync_combine_by_hand():
-    pol = FedAsync(mixing=0.6, staleness_exponent=0.5)
-    out = pol.combine({"x": np.array([0.0])}, {"x": np.array([[10.0]])}, [{}], np.array([3]))
+    one = Updates(np.array([0]), {"x": np.array([[10.0]])})
+    out = FedAsync(mixing=0.6).mixer(np.array([3])).apply({"x": np.array([0.0])}, one, [{}])
     np.testing.assert_allclose(out["x"], [10.0 * 0.6 / 2.0])
+
+
+def test_fedbuff_hands_the_algorithm_each_aggregations_staleness_and_failures():
+    policy = FedBuff(buffer_size=3, concurrency=8, max_staleness=2)
+    res, ledger = ledger_run(policy)
+    outcomes = ledger.background_outcomes
+    assert ledger.outcomes == []  # asynchronous policies mix; they never call aggregate
+    rounds = res.rounds.set_index("round")
+    assert len(outcomes) == (rounds["status"] == "ok").sum() > 0
+    for o in outcomes:
+        row = rounds.loc[o.round]
+        assert row["status"] == "ok"
+        assert (o.t_start, o.time) == (row["t_start"], row["time"])
+        assert o.n_arrived == row["n_arrived"]
+        assert o.count(LATE) == row["n_late"] and o.count(DROPPED) == row["n_dropped"]
+        assert np.nanmean(o.staleness[o.arrived]) == row["staleness_mean"]
+        assert np.isnan(o.staleness[~o.arrived]).all()
+        assert (o.durations >= 0).all()
+    assert sum(o.count(LATE) for o in outcomes) > 0
+    assert sum(o.count(DROPPED) for o in outcomes) > 0
+    jobs = res.clients
+    applied = jobs[jobs["status"] == "arrived"]
+    seen = sorted(
+        (int(d), float(t), float(s))
+        for o in outcomes
+        for d, t, s in zip(
+            o.devices[o.arrived], o.job_end[o.arrived], o.staleness[o.arrived], strict=True
+        )
+    )
+    assert seen == sorted(
+        zip(applied["device"], applied["t_end"], applied["staleness"], strict=True)
+    )
 
 
 def test_fedbuff_trains_linear_fedrep():

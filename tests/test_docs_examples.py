@@ -7,8 +7,6 @@ import runpy
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import simfl
 from simfl import Fleet, Profile, Scenario, algorithms, dists, policies
 
@@ -36,12 +34,12 @@ def _two_tiers() -> Fleet:
 
 
 def test_skip_late_leaves_out_devices_late_in_two_of_their_last_three_rounds():
-    SkipLate = _example("skip_late")["SkipLate"]
+    skip_late = _example("skip_late")["SkipLate"]
     sc = Scenario(
         task=None,
         algorithm=algorithms.TimingOnly(),
         fleet=_two_tiers(),
-        policy=SkipLate(seconds=1.5, count=10),
+        policy=skip_late(seconds=1.5, count=10),
         rounds=60,
         seed=3,
     )
@@ -53,7 +51,9 @@ def test_skip_late_leaves_out_devices_late_in_two_of_their_last_three_rounds():
     for _, cohort in jobs.groupby("round"):
         for device in cohort["device"].tolist():
             assert sum(late.get(device, [])[-3:]) < 2, f"device {device} should have been skipped"
-        for device, status in zip(cohort["device"].tolist(), cohort["status"].tolist()):
+        for device, status in zip(
+            cohort["device"].tolist(), cohort["status"].tolist(), strict=True
+        ):
             late.setdefault(device, []).append(status == "late")
     skipped = {d for d, seen in late.items() if sum(seen[-3:]) >= 2}
     assert skipped, "with a 1.5 s deadline some slow devices (mean 4 s) must be skipped"

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run
+from simfl.outcome import CANCELLED, DROPPED, LATE, STATUSES
 from tests.helpers import Ledger, linear_scenario, timing_scenario
 
 
@@ -221,3 +222,51 @@ def test_size_weighted_sampling_needs_client_sizes():
         run(sc, progress=False, on_error="raise")
     with pytest.raises(ValueError, match=r"WaitAll\.replace=True needs"):
         policies.WaitAll(count=3, replace=True)
+
+
+def _check_outcomes_against_results(ledger, res):
+    rounds = res.rounds.set_index("round")
+    jobs = res.clients
+    assert len(ledger.outcomes) == (rounds["status"] == "ok").sum() > 0
+    assert [o.round for o in ledger.background_outcomes] == [o.round for o in ledger.outcomes]
+    for o, after in zip(ledger.outcomes, ledger.background_outcomes, strict=True):
+        assert after is o  # background sees the aggregation's own outcome
+        row = rounds.loc[o.round]
+        assert (o.t_start, o.time, o.stage) == (row["t_start"], row["time"], row["stage"])
+        assert o.n_arrived == row["n_arrived"] > 0
+        assert o.count(DROPPED) == row["n_dropped"] and o.count(LATE) == row["n_late"]
+        assert o.count(CANCELLED) == row["n_cancelled"] and o.devices.size == row["n_selected"]
+        mine = jobs[jobs["round"] == o.round]
+        np.testing.assert_array_equal(o.devices, mine["device"])
+        assert [STATUSES[s] for s in o.status] == list(mine["status"].astype(str))
+        np.testing.assert_array_equal(o.job_start, mine["t_start"])
+        np.testing.assert_array_equal(o.job_end, mine["t_end"])
+        np.testing.assert_array_equal(o.staleness, mine["staleness"])
+        # the updates are the arrived jobs' rows, a device drawn twice counted twice
+        rows = [c for r, c in ledger.aggregated if r == o.round]
+        counts = np.ones(o.devices.size, dtype=np.int64) if o.repeats is None else o.repeats
+        assert sorted(rows) == sorted(np.repeat(o.devices[o.arrived], counts[o.arrived]))
+
+
+def test_the_algorithm_sees_dropouts_and_stragglers():
+    ledger = Ledger()
+    sc = timing_scenario(n=20, rounds=15, policy=policies.Deadline(1.0, count=8), dropout_rate=0.5)
+    res = run(dataclasses.replace(sc, algorithm=ledger), progress=False)
+    _check_outcomes_against_results(ledger, res)
+    assert sum(o.count(DROPPED) for o in ledger.outcomes) > 0
+    assert sum(o.count(LATE) for o in ledger.outcomes) > 0
+    assert all(o.repeats is None for o in ledger.outcomes)
+
+
+def test_the_algorithm_sees_repeats_and_cancelled_jobs():
+    ledger = Ledger()
+    policy = policies.WaitAll(count=12, weights="size", replace=True)
+    sc = linear_scenario(ledger, policy, n=8, rounds=6, dropout_rate=0.2)
+    res = run(sc, progress=False)
+    _check_outcomes_against_results(ledger, res)
+    assert any(o.repeats is not None and (o.repeats > 1).any() for o in ledger.outcomes)
+    over = timing_scenario(n=20, rounds=6, policy=policies.FastestK(k=4, overcommit=0.5))
+    ledger = Ledger()
+    res = run(dataclasses.replace(over, algorithm=ledger), progress=False)
+    _check_outcomes_against_results(ledger, res)
+    assert sum(o.count(CANCELLED) for o in ledger.outcomes) > 0

@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 
 import feddar as feddar_analysis
 
+from tests.helpers import arrived
+
 # seed 7: client 0 holds (3, 1, 2) samples of the 3 domains, client 1 holds (0, 1, 5), so both
 # hold a single sample of domain 1 (fewer than k = 2) and domain 0 lives on client 0 only
 SMALL = DomainMixture(d=5, k=2, n_domains=3, samples_per_client=6, alpha=1.0, noise_std=0.1)
@@ -204,13 +206,17 @@ def test_two_clients_match_hand_computation(aggregation, solver):
         for i in range(2)
     ]
     upd = alg.local_updates(state, data, PAIR, 0, Streams(SEED))
-    np.testing.assert_allclose(upd["representation"], [h[0] for h in hand], rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(upd["heads"], [h[1] for h in hand], rtol=1e-9, atol=1e-12)
-    np.testing.assert_array_equal(upd["counts"], [h[3] for h in hand])
+    np.testing.assert_allclose(
+        upd.params["representation"], [h[0] for h in hand], rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_allclose(upd.params["heads"], [h[1] for h in hand], rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(upd.params["counts"], [h[3] for h in hand])
     if aggregation == "sa":
-        np.testing.assert_allclose(upd["hessians"], [h[2] for h in hand], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            upd.params["hessians"], [h[2] for h in hand], rtol=1e-12, atol=1e-14
+        )
     b_bar, heads = hand_server(state, hand, aggregation, alg.ridge)
-    new = alg.aggregate(state, upd, 0)
+    new = alg.aggregate(state, upd, arrived(upd))
     # QR: orthonormal B with the same column space; heads re-expressed, the model B w unchanged
     np.testing.assert_allclose(new.representation.T @ new.representation, np.eye(2), atol=1e-12)
     np.testing.assert_allclose(
@@ -226,9 +232,10 @@ def test_sa_with_exact_heads_is_the_pooled_least_squares_head():
     b = state.representation
     x, y, z = data.train_samples(PAIR, 0)
     upd = alg.local_updates(state, data, PAIR, 0, Streams(SEED))
-    new = alg.aggregate(state, upd, 0)
-    b_avg = upd["representation"].mean(axis=0)  # equal client sizes
-    wa_new = wa.aggregate(state, wa.local_updates(state, data, PAIR, 0, Streams(SEED)), 0)
+    new = alg.aggregate(state, upd, arrived(upd))
+    b_avg = upd.params["representation"].mean(axis=0)  # equal client sizes
+    wa_upd = wa.local_updates(state, data, PAIR, 0, Streams(SEED))
+    wa_new = wa.aggregate(state, wa_upd, arrived(wa_upd))
     for m in range(3):
         f = np.concatenate([x[i][z[i] == m] @ b for i in range(2)])
         t = np.concatenate([y[i][z[i] == m] for i in range(2)])

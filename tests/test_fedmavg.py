@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 
 import fedmavg as analysis
 
+from tests.helpers import arrived
+
 TINY = SyntheticClustering(n_features=4, n_samples=9, n_clusters=2, split="iid", noise_std=0.3)
 SMALL = SyntheticClustering(n_features=30, n_samples=300, n_clusters=3, noise_std=0.3)
 
@@ -93,10 +95,14 @@ def test_two_clients_match_a_hand_computation(communication):
         cols = data.columns(int(p))
         h = hand_h(w, x, state.h[:, cols].tolist(), 3)
         wp = hand_w(w, x, h, 4)
-        np.testing.assert_allclose(upd["h"][i, :, : len(h[0])], h, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(upd["w"][i], wp, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(upd.params["h"][i, :, : len(h[0])], h, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(upd.params["w"][i], wp, rtol=1e-10, atol=1e-12)
         wps.append(wp)
-    new = alg.aggregate(state, upd, 0)
+    outcome = arrived(upd)
+    after = alg.aggregate(state, upd, outcome)
+    assert after.broadcast is state.w  # the broadcast W^s, for the background steps
+    new = alg.background(after, data, outcome)
+    assert new.broadcast is None
     mean = [[max((wps[0][i][a] + wps[1][i][a]) / 2, 0.0) for a in range(2)] for i in range(4)]
     np.testing.assert_allclose(new.w, mean, rtol=1e-12, atol=1e-14)
     assert new.aggregations == 1
@@ -367,8 +373,8 @@ def test_movielens_client_update_and_als():
     for _ in range(3):
         wr = wr - (wr @ hht - x @ h.T) / (5 * np.linalg.eigvalsh(hht)[-1])
     w[rows] = wr
-    np.testing.assert_allclose(upd["h"][0], h, rtol=1e-10)
-    np.testing.assert_allclose(upd["w"][0], w, rtol=1e-10)  # unrated rows keep W^s
+    np.testing.assert_allclose(upd.params["h"][0], h, rtol=1e-10)
+    np.testing.assert_allclose(upd.params["w"][0], w, rtol=1e-10)  # unrated rows keep W^s
     # ALS decreases the same objective the clients share
     w_als, h_als, hist = centralized_als(data, state.w, sweeps=3)
     assert data.objective(w_als, h_als) < data.objective(state.w, state.h)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from simfl import algorithms, policies, run
-from tests.helpers import Ledger, linear_scenario, timing_scenario
+from tests.helpers import Ledger, linear_scenario, rows, timing_scenario
 
 POLICIES = [
     policies.Deadline(0.8, fraction=0.2),
@@ -65,5 +65,5 @@ def test_a_clients_update_does_not_depend_on_its_batch(algorithm):
     some = np.array([3, 17, 31], dtype=np.int64)
     full = algorithm.local_updates(state, data, everyone, 5, streams)
     part = algorithm.local_updates(state, data, some, 5, streams)
-    for name, value in part.items():
-        np.testing.assert_array_equal(full[name][some], value)  # bit for bit
+    for name, value in rows(part).items():
+        np.testing.assert_array_equal(rows(full)[name][some], value)  # bit for bit

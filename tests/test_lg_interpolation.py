@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 
 import lg_alpha
 
+from tests.helpers import arrived
+
 SMALL = LGSynthetic(d=3, train_samples=5, test_samples=4, sigma=0.7, rho=0.3, alphas=(0, 0.4, 1))
 
 
@@ -88,7 +90,7 @@ def test_two_devices_by_hand():
     (x0, x1), (y0, y1) = data.batch("train", clients)
     (g0, b0), (g1, b1) = hand_ols(x0, y0), hand_ols(x1, y1)
     up = alg.local_updates(state, data, clients, 0, s)
-    new = alg.aggregate(state, up, 0)
+    new = alg.aggregate(state, up, arrived(up))
     # pooled OLS = the solution of the summed normal equations (= lstsq on the stacked data)
     pooled = np.linalg.solve(g0 + g1, b0 + b1)
     np.testing.assert_allclose(new.global_model, pooled, rtol=1e-10)
@@ -97,7 +99,7 @@ def test_two_devices_by_hand():
     local = [np.linalg.solve(g0, b0), np.linalg.solve(g1, b1)]
     np.testing.assert_allclose(alg.local_models(data), local, rtol=1e-10)
     loss = [np.mean((x @ w - y) ** 2) for x, y, w in ((x0, y0, local[0]), (x1, y1, local[1]))]
-    np.testing.assert_allclose(up["loss"], loss, rtol=1e-9)
+    np.testing.assert_allclose(up.loss, loss, rtol=1e-9)
     # f_alpha by hand on each device's test points, mean over the two devices
     xt, yt = data.batch("test", clients)
     metrics = alg.evaluate(new, data)
@@ -129,14 +131,16 @@ def test_each_device_counted_once_and_zero_global_before_arrivals():
         float(data.test_mse(0.4 * local).mean()), rel=1e-12
     )
     twice = alg.local_updates(state, data, np.array([1]), 0, s)
-    twice = {k: np.repeat(v, 2, axis=0) for k, v in twice.items()}  # drawn twice in one round
-    once = alg.aggregate(state, alg.local_updates(state, data, np.array([1]), 0, s), 0)
-    first = alg.aggregate(state, twice, 0)
+    twice = twice.repeat(np.array([2]))  # drawn twice in one round
+    one = alg.local_updates(state, data, np.array([1]), 0, s)
+    once = alg.aggregate(state, one, arrived(one))
+    first = alg.aggregate(state, twice, arrived(twice))
     np.testing.assert_array_equal(first.gram, once.gram)
-    again = alg.aggregate(first, alg.local_updates(first, data, np.array([1, 2]), 1, s), 1)
+    pair = alg.local_updates(first, data, np.array([1, 2]), 1, s)
+    again = alg.aggregate(first, pair, arrived(pair, 1))
     g = data.stats("train", np.array([1, 2]))[0]
     np.testing.assert_allclose(again.gram, g.sum(axis=0), rtol=1e-13)
-    assert again.n_counted == 2 and alg.aggregate(again, twice, 2) is again
+    assert again.n_counted == 2 and alg.aggregate(again, twice, arrived(twice, 2)) is again
 
 
 def test_payload_and_work():
@@ -175,9 +179,10 @@ def test_closed_form_matches_monte_carlo_of_the_estimator():
         data = task.build(m, s)
         state = alg.initial_state(data, s)
         up = alg.local_updates(state, data, np.arange(m), 0, s)
-        local, u = alg.solve(up["gram"], up["xty"]), data.teachers(np.arange(m))
+        local, u = alg.solve(up.params["gram"], up.params["xty"]), data.teachers(np.arange(m))
         for i, k in enumerate(pooled):
-            glob = alg.aggregate(state, {n: v[:k] for n, v in up.items()}, 0) if k else state
+            head = up.take(slice(0, k))
+            glob = alg.aggregate(state, head, arrived(head)) if k else state
             theta = alphas * local + (1 - alphas) * glob.global_model
             out[i, seed] = 1.0 + ((theta - u) ** 2).sum(-1).mean(-1) / 3
     for i, k in enumerate(pooled):

@@ -8,7 +8,7 @@ import pytest
 
 from simfl import Payload, Streams, algorithms, policies, run, tasks
 from simfl.tasks.linear import principal_angle_distance
-from tests.helpers import linear_scenario
+from tests.helpers import arrived, linear_scenario
 
 
 def test_principal_angle_distance_known_cases():
@@ -69,9 +69,9 @@ def test_fedrep_update_matches_hand_computation():
     x, y = data.train_batch(clients, round=0)
     upd = alg.local_updates(state, data, clients, 0, Streams(3))
     new_bs, heads, q = hand_fedrep(state.representation, x, y, 0.3)
-    np.testing.assert_allclose(upd["representation"], new_bs, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(upd["head"], heads, rtol=1e-10)
-    agg = alg.aggregate(state, upd, 0).representation
+    np.testing.assert_allclose(upd.params["representation"], new_bs, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(upd.params["head"], heads, rtol=1e-10)
+    agg = alg.aggregate(state, upd, arrived(upd, 0)).representation
     np.testing.assert_allclose(agg, q, rtol=1e-10, atol=1e-12)
     # payload: the body only, d*k float64 both ways
     assert alg.payload(state) == Payload(5 * 2 * 8, 5 * 2 * 8)
@@ -92,10 +92,10 @@ def test_fedavg_update_matches_hand_computation():
             gw = b.T @ x[i].T @ r / 5
             gb = np.outer(x[i].T @ r, w) / 5
             b, w = b - 0.2 * gb, w - 0.2 * gw
-        np.testing.assert_allclose(upd["representation"][i], b, rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(upd["head"][i], w, rtol=1e-10, atol=1e-14)
-    agg = alg.aggregate(state, upd, 4)
-    np.testing.assert_allclose(agg.head, upd["head"].mean(axis=0))
+        np.testing.assert_allclose(upd.params["representation"][i], b, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(upd.params["head"][i], w, rtol=1e-10, atol=1e-14)
+    agg = alg.aggregate(state, upd, arrived(upd, 4))
+    np.testing.assert_allclose(agg.head, upd.params["head"].mean(axis=0))
     assert alg.payload(state).up == (4 * 2 + 2) * 8
 
 

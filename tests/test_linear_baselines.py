@@ -10,7 +10,7 @@ import pytest
 
 from simfl import Fleet, Streams, algorithms, dists, policies, run, tasks
 from simfl.tasks.linear import principal_angle_distance
-from tests.helpers import linear_scenario
+from tests.helpers import arrived, linear_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import fedrep_fig1_fig4
@@ -44,12 +44,12 @@ def test_gdgd_update_by_hand():
         for _ in range(3):
             w = w - 0.2 * (x[i] @ b).T @ (x[i] @ b @ w - y[i]) / 6
         grad = np.outer(x[i].T @ (x[i] @ b @ w - y[i]), w) / 6
-        np.testing.assert_allclose(upd["head"][i], w, rtol=1e-10)
-        np.testing.assert_allclose(upd["representation"][i], b - 0.3 * grad, rtol=1e-10)
-    new = alg.aggregate(state, upd, 2)
-    np.testing.assert_allclose(new.representation, upd["representation"].mean(axis=0))
+        np.testing.assert_allclose(upd.params["head"][i], w, rtol=1e-10)
+        np.testing.assert_allclose(upd.params["representation"][i], b - 0.3 * grad, rtol=1e-10)
+    new = alg.aggregate(state, upd, arrived(upd, 2))
+    np.testing.assert_allclose(new.representation, upd.params["representation"].mean(axis=0))
     np.testing.assert_array_equal(new.heads[[0, 2]], state.heads[[0, 2]])  # untouched
-    np.testing.assert_array_equal(new.heads[clients], upd["head"])
+    np.testing.assert_array_equal(new.heads[clients], upd.params["head"])
 
 
 def test_gdgd_initial_heads_are_least_squares_on_the_init_batch():
@@ -70,7 +70,7 @@ def test_local_only_by_hand():
     alg = algorithms.LocalOnly(ridge=0.01)
     state = alg.initial_state(data, Streams(3))
     upd = alg.local_updates(state, data, np.array([0, 2]), 5, Streams(3))
-    state = alg.aggregate(state, upd, 5)
+    state = alg.aggregate(state, upd, arrived(upd, 5))
     metrics = alg.evaluate(state, data)
     assert set(metrics) == {"test_mse"}  # no shared representation, no distance
     xf, yf = data.fit_batch()

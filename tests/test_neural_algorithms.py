@@ -26,6 +26,7 @@ from simfl.neural import (  # noqa: E402
     LogNormal,
     Shards,
 )
+from tests.helpers import arrived, rows  # noqa: E402
 from tests.test_neural_train import train_alone  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -83,7 +84,7 @@ def test_two_clients_match_per_client_torch_loops(algorithm):
     mine = {n: p + 0.01 for n, p in state.local_default.items()}
     state = dataclasses.replace(state, local={7: mine})
     updates = algorithm.local_updates(state, data, pair, 3, streams)
-    new = algorithm.aggregate(state, updates, 3)
+    new = algorithm.aggregate(state, updates, arrived(updates, 3))
     prox = algorithm.mu if isinstance(algorithm, FedProx) else None
     hand = []
     for c in pair:
@@ -113,8 +114,8 @@ def test_two_clients_match_per_client_torch_loops(algorithm):
                 new.local[int(c)][name], hand[row][name], rtol=1e-4, atol=2e-5
             )
     assert set(new.local) == {2, 7} and new.round == state.round + 1
-    np.testing.assert_array_equal(updates["weight"], sizes)
-    np.testing.assert_array_equal(updates["client"], pair)
+    np.testing.assert_array_equal(updates.weight, sizes)
+    np.testing.assert_array_equal(updates.clients, pair)
     # the old state is untouched (states are values)
     assert state.local == {7: mine} and state.round == 0
 
@@ -123,7 +124,8 @@ def test_local_only_keeps_every_layer_and_sends_nothing():
     alg = LocalOnly(epochs=1, optimizer=SMALL_SGD)
     data, state, streams = bound(alg)
     assert state.shared == {} and alg.payload(state).down == alg.payload(state).up == 0
-    new = alg.aggregate(state, alg.local_updates(state, data, np.array([1, 4]), 0, streams), 0)
+    upd = alg.local_updates(state, data, np.array([1, 4]), 0, streams)
+    new = alg.aggregate(state, upd, arrived(upd))
     assert set(new.local) == {1, 4}
     assert not torch.equal(new.local[1]["layer_input.weight"], new.local[4]["layer_input.weight"])
 
@@ -267,8 +269,8 @@ def test_a_clients_update_does_not_depend_on_its_batch():
         data, state, streams = bound(alg)
         full = alg.local_updates(state, data, np.arange(12), 5, streams)
         part = alg.local_updates(state, data, np.array([3, 8]), 5, streams)
-        for name, value in part.items():
-            np.testing.assert_allclose(full[name][[3, 8]], value, rtol=1e-5, atol=1e-6)
+        for name, value in rows(part).items():
+            np.testing.assert_allclose(rows(full)[name][[3, 8]], value, rtol=1e-5, atol=1e-6)
 
 
 def test_only_aggregated_clients_keep_local_state():

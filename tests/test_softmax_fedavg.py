@@ -10,10 +10,12 @@ import pandas as pd
 import pytest
 
 from simfl import Fleet, Payload, Scenario, Streams, dists, policies, run
+from simfl.algorithms.base import Updates
 from simfl.algorithms.softmax_fedavg import SoftmaxFedAvg, epoch_rows, init_softmax
 from simfl.tasks.classification import ClassificationData, ClientArrays, SyntheticSoftmax
 from simfl.tasks.linear import LinearRepresentation
 from simfl.tasks.w1_data import make_w1
+from tests.helpers import arrived, rows
 
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers" / "w1_data.py"
 
@@ -84,10 +86,10 @@ def test_local_update_matches_reference(reference, client):
     n = y.size
     orders = [epoch_rows(streams, np.array([client]), 4, e, n)[0] for e in range(2)]
     w, b, loss = reference(state.weight, state.bias, x, y, orders, 0.3, 5)
-    np.testing.assert_allclose(upd["weight"][0], w, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(upd["bias"][0], b, rtol=1e-5, atol=1e-6)
-    assert upd["loss"][0] == pytest.approx(loss, rel=1e-5)
-    assert upd["n_samples"][0] == n
+    np.testing.assert_allclose(upd.params["weight"][0], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(upd.params["bias"][0], b, rtol=1e-5, atol=1e-6)
+    assert upd.loss[0] == pytest.approx(loss, rel=1e-5)
+    assert upd.weight[0] == n
     # work counts SGD steps: 2 epochs x ceil(n / 5)
     assert alg.work(state, np.array([client]))[0] == 2 * math.ceil(n / 5)
 
@@ -118,8 +120,8 @@ def test_a_clients_update_does_not_depend_on_its_batch():
     everyone = alg.local_updates(state, data, np.arange(7), 9, streams)
     for some in ([3], [5, 1], [6, 0, 4], [2, 3]):
         part = alg.local_updates(state, data, np.array(some), 9, streams)
-        for name, value in part.items():
-            np.testing.assert_array_equal(everyone[name][some], value)  # bit for bit
+        for name, value in rows(part).items():
+            np.testing.assert_array_equal(rows(everyone)[name][some], value)  # bit for bit
 
 
 def test_aggregate_is_the_sample_weighted_average():
@@ -127,8 +129,11 @@ def test_aggregate_is_the_sample_weighted_average():
     w = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
     b = np.array([[1.0, 2.0], [5.0, 6.0]], dtype=np.float32)
     state = alg.initial_state(small_task(d=3, k=2).build(5, Streams(0)), Streams(0))
-    upd = {"weight": w, "bias": b, "n_samples": np.array([1.0, 3.0]), "loss": np.zeros(2)}
-    new = alg.aggregate(state, upd, 0)
+    # params["weight"] is W; Updates.weight the sample counts
+    upd = Updates(
+        np.array([0, 1]), {"weight": w, "bias": b}, loss=np.zeros(2), weight=np.array([1.0, 3.0])
+    )
+    new = alg.aggregate(state, upd, arrived(upd))
     np.testing.assert_allclose(new.weight, 0.25 * w[0] + 0.75 * w[1], rtol=1e-7)
     np.testing.assert_allclose(new.bias, [4.0, 5.0], rtol=1e-7)
     assert new.weight.dtype == np.float32 and new.steps is state.steps

@@ -22,7 +22,8 @@ class HingeBuff(FedBuff):
     slope: float = 1.0
     name: ClassVar[str] = "hinge-buff"
 
-    def mixing(self, staleness: NDArray[np.int64]) -> BufferedMix:
+    def mixer(self, staleness: NDArray[np.int64]) -> BufferedMix:
+        """FedBuff's mix of the deltas, with the hinge weights."""
         s = staleness.astype(np.float64)
         weights = np.where(s <= self.hinge, 1.0, 1.0 / (1.0 + self.slope * (s - self.hinge)))
         return BufferedMix(weights=weights, scale=self.server_lr / staleness.size)

@@ -7,11 +7,13 @@ from simfl.algorithms.lg_interpolation import LGInterpolation, LGInterpolationSt
 from simfl.algorithms.linear_baselines import GDGD, GDGDState, LocalOnly, LocalOnlyState
 from simfl.algorithms.linear_fedavg import FedAvg, FedAvgState
 from simfl.algorithms.linear_fedrep import FedRep, FedRepState
+from simfl.algorithms.mixing import BufferedMix, SequentialMix
 from simfl.algorithms.softmax_fedavg import SoftmaxFedAvg, SoftmaxFedAvgState
 from simfl.algorithms.timing import TimingOnly
 
 __all__ = [
     "Algorithm",
+    "BufferedMix",
     "FedDAR",
     "FedDARState",
     "FedMAvg",
@@ -26,6 +28,7 @@ __all__ = [
     "LGInterpolationState",
     "LocalOnly",
     "LocalOnlyState",
+    "SequentialMix",
     "SoftmaxFedAvg",
     "SoftmaxFedAvgState",
     "TimingOnly",

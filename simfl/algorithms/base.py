@@ -4,31 +4,56 @@ The engine decides who takes part and which updates arrive; the algorithm comput
 is a small frozen dataclass of hyper-parameters whose methods take a state and return a new one
 (FedJAX's ``FederatedAlgorithm(init, apply)`` split into the steps the engine needs to time):
 
-``initial_state``   the server state before round 0
-``work``            compute work units of each selected client (times the fleet's seconds/unit)
-``payload``         bytes sent down to and up from each selected client
-``local_updates``   the local updates of a cohort, in one batched computation
-``aggregate``       the new state from the accepted updates
-``evaluate``        the metrics of the task for the current state
-``shared``          the server-side parameters clients update, by name (for asynchronous mixing)
-``with_shared``     the state with new server-side parameters (e.g. re-orthonormalised)
+``initial_state(data, streams) -> state``
+    the server state before round 0
+``work(state, clients) -> NDArray[float64]``
+    compute work units of each selected client (times the fleet's seconds/unit)
+``payload(state) -> Payload``
+    bytes sent down to and up from each selected client
+``local_updates(state, data, clients, round, streams) -> Updates``
+    the local updates of a cohort, in one batched computation
+``aggregate(state, updates, outcome) -> state``
+    the new state from the accepted updates; ``outcome`` (:class:`simfl.outcome.Outcome`) says
+    what happened to every job of the aggregation (arrived, late, dropped, cancelled, their
+    times and staleness), so stragglers and dropouts are an input of the math
+``background(state, data, outcome) -> state``
+    local work of the clients outside the round between aggregations (e.g. FedMAvg's PCC
+    updates of ``H_p``), called by the engine right after every successful aggregation with the
+    bound task data; default: the state unchanged
+``evaluate(state, data) -> dict[str, float]``
+    the metrics of the task for the current state
+``shared(state) -> dict[str, NDArray]``
+    the server-side parameters clients update, by name (for asynchronous mixing)
+``with_shared(state, shared) -> state``
+    the state with new server-side parameters (e.g. re-orthonormalised)
+
+:class:`Updates` is the typed batch of local updates: the client of each row, the per-parameter
+arrays (first axis over the rows), and optionally each row's mean training ``loss`` (recorded as
+the round's ``train_loss``) and aggregation ``weight`` (e.g. sample counts). A client drawn
+several times (sampling with replacement) has its row repeated (:meth:`Updates.repeat`).
+Asynchronous policies mix ``params`` into :meth:`Algorithm.shared` with the weights of
+:mod:`simfl.algorithms.mixing`.
 
 Lazy exactness: the engine calls ``local_updates`` only for the clients whose updates it will
 aggregate. Every algorithm must therefore compute each client's update from that client's own
 keyed data and the state alone, never from which other clients share the batch, so that the
 result equals computing the whole cohort and discarding the rest. A client whose update is not
-aggregated (late, dropped, cancelled) also keeps no local state from that round.
+aggregated (late, dropped, cancelled) also keeps no local state from that round (its local work
+outside the round, if any, belongs to ``background``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl.network import Payload
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
@@ -36,9 +61,89 @@ __all__ = ["Algorithm", "Updates"]
 
 StateT = TypeVar("StateT")
 
-#: Local updates: arrays whose first axis runs over the clients of the batch, in batch order.
-#: A ``"loss"`` entry (one float per client) is recorded as the round's ``train_loss``.
-Updates = dict[str, NDArray[Any]]
+
+@dataclass(frozen=True, eq=False)
+class Updates:
+    """Local updates of a batch of clients: one row per client, in batch order.
+
+    Attributes
+    ----------
+    clients
+        The client of each row.
+    params
+        Per-parameter arrays whose first axis runs over the rows (for asynchronous policies,
+        ``params[name][i]`` is row ``i``'s new value of ``Algorithm.shared(state)[name]``).
+    loss
+        Mean local training loss per row (``None``: none); its mean is the round's
+        ``train_loss``.
+    weight
+        Aggregation weight per row (e.g. sample counts), if the algorithm uses one.
+    """
+
+    clients: NDArray[np.int64]
+    params: dict[str, NDArray[Any]]
+    loss: NDArray[np.float64] | None = None
+    weight: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        n = self.clients.shape[0]
+        for v in self._arrays():
+            if v.ndim == 0 or v.shape[0] != n:
+                raise ValueError(
+                    f"Updates: every array needs a first axis of {n} rows (one per client), "
+                    f"got shape {v.shape}"
+                )
+
+    def __len__(self) -> int:
+        return int(self.clients.shape[0])
+
+    def _arrays(self) -> Iterator[NDArray[Any]]:
+        """Every array: the clients, the params, then the loss and the weight if present."""
+        yield self.clients
+        yield from self.params.values()
+        if self.loss is not None:
+            yield self.loss
+        if self.weight is not None:
+            yield self.weight
+
+    def finite(self) -> bool:
+        """Whether every array (params, loss, weight; clients are integers) is finite."""
+        return all(np.isfinite(v).all() for v in self._arrays())
+
+    def _map(self, f: Callable[[NDArray[Any]], NDArray[Any]]) -> Updates:
+        return Updates(
+            f(self.clients),
+            {k: f(v) for k, v in self.params.items()},
+            None if self.loss is None else f(self.loss),
+            None if self.weight is None else f(self.weight),
+        )
+
+    def take(self, index: NDArray[Any] | slice) -> Updates:
+        """The rows selected by ``index`` (integer indices, a boolean mask or a slice)."""
+        return self._map(lambda v: v[index])
+
+    def repeat(self, counts: NDArray[np.int64]) -> Updates:
+        """Every row repeated ``counts`` times in place (sampling with replacement)."""
+        return self._map(lambda v: np.repeat(v, counts, axis=0))
+
+    @staticmethod
+    def concat(parts: Sequence[Updates]) -> Updates:
+        """The rows of ``parts`` one after another (parameters named as in ``parts[0]``)."""
+        if not parts:
+            raise ValueError("Updates.concat needs at least one part")
+        first = parts[0]
+        return Updates(
+            np.concatenate([p.clients for p in parts]),
+            {name: np.concatenate([p.params[name] for p in parts]) for name in first.params},
+            None if first.loss is None else np.concatenate([_need(p.loss) for p in parts]),
+            None if first.weight is None else np.concatenate([_need(p.weight) for p in parts]),
+        )
+
+
+def _need(v: NDArray[np.float64] | None) -> NDArray[np.float64]:
+    if v is None:
+        raise ValueError("Updates.concat: every part must have the same optional arrays")
+    return v
 
 
 class Algorithm(ABC, Generic[StateT]):
@@ -70,8 +175,21 @@ class Algorithm(ABC, Generic[StateT]):
         """The updates of ``clients`` (batched), computed from ``state`` and their own data."""
 
     @abstractmethod
-    def aggregate(self, state: StateT, updates: Updates, round: int) -> StateT:
-        """The new state after accepting ``updates`` (at least one client)."""
+    def aggregate(self, state: StateT, updates: Updates, outcome: Outcome) -> StateT:
+        """The new state after accepting ``updates`` (at least one client).
+
+        ``outcome`` holds every job of the aggregation and how it ended (its ``round`` is the
+        aggregation's index); ``updates`` are the rows of the arrived jobs, repeated as
+        ``outcome.repeats`` says.
+        """
+
+    def background(self, state: StateT, data: Any, outcome: Outcome) -> StateT:
+        """Local work of the clients outside the round between aggregations.
+
+        Called right after every successful aggregation with the new ``state``, the bound task
+        ``data`` and the aggregation's ``outcome``. Default: ``state`` unchanged.
+        """
+        return state
 
     @abstractmethod
     def evaluate(self, state: StateT, data: Any) -> dict[str, float]:
@@ -80,9 +198,9 @@ class Algorithm(ABC, Generic[StateT]):
     def shared(self, state: StateT) -> dict[str, NDArray[Any]]:
         """The server-side parameters that clients update, by the names used in their updates.
 
-        Asynchronous policies mix these with staleness weights (``updates[name][i]`` is client
-        ``i``'s new value of ``shared(state)[name]``). Algorithms that cannot run asynchronously
-        keep this default, which raises.
+        Asynchronous policies mix these with staleness weights (``updates.params[name][i]`` is
+        row ``i``'s new value of ``shared(state)[name]``, see :mod:`simfl.algorithms.mixing`).
+        Algorithms that cannot run asynchronously keep this default, which raises.
         """
         raise NotImplementedError(f"{type(self).__name__} does not support asynchronous policies")
 

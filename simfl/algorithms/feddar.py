@@ -86,6 +86,7 @@ from simfl._checks import check_choice, check_int, check_real
 from simfl.algorithms._linear import check_init, initial_representation
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.domain_mixture import DomainMixture, DomainMixtureData, DomainModel
@@ -232,30 +233,33 @@ class FedDAR(Algorithm[FedDARState]):
         residual = (feats[:, :, None, :] @ w_z[:, :, :, None])[:, :, 0, 0] - y  # (C, L)
         weighted = (u[z] * residual)[:, None, :]  # (C, 1, L)
         grad_b = (x.transpose(0, 2, 1) * weighted) @ w_z / size  # (C, d, k)
-        updates: Updates = {
+        params = {
             "representation": b[None, :, :] - self.step_size * grad_b,
             "heads": heads,
             "counts": counts,
-            "size": np.full(clients.size, float(size)),
-            "loss": loss,
         }
         if self.aggregation == "sa":
-            updates["hessians"] = gram / per[:, :, :, None]
-        return updates
+            params["hessians"] = gram / per[:, :, :, None]
+        # the aggregation weight of B is the client's sample count L_i
+        return Updates(
+            clients.astype(np.int64), params, loss=loss, weight=np.full(clients.size, float(size))
+        )
 
-    def aggregate(self, state: FedDARState, updates: Updates, round: int) -> FedDARState:
+    def aggregate(self, state: FedDARState, updates: Updates, outcome: Outcome) -> FedDARState:
         """Average ``B`` (weights ``L_i``), QR, and aggregate each domain's heads (WA or SA)."""
-        size = updates["size"]
-        b_bar = np.sum(size[:, None, None] * updates["representation"], axis=0) / size.sum()
-        counts = updates["counts"]  # (C, M)
+        size = updates.weight
+        assert size is not None
+        params = updates.params
+        b_bar = np.sum(size[:, None, None] * params["representation"], axis=0) / size.sum()
+        counts = params["counts"]  # (C, M)
         totals = counts.sum(axis=0)  # (M,)
         present = totals > 0
         weights = counts / np.where(present, totals, 1.0)  # a_{i,m}, zero where not held
-        heads = updates["heads"]
+        heads = params["heads"]
         if self.aggregation == "wa":
             agg = np.sum(weights[:, :, None] * heads, axis=0)  # (M, k)
         else:
-            weighted_h = weights[:, :, None, None] * updates["hessians"]  # (C, M, k, k)
+            weighted_h = weights[:, :, None, None] * params["hessians"]  # (C, M, k, k)
             eye = np.eye(heads.shape[2])
             lhs = np.sum(weighted_h, axis=0) + self.ridge * eye
             lhs[~present] = eye  # domains nobody held: any invertible matrix (kept below)

@@ -25,8 +25,9 @@ other policy (deadlines, fastest-k, SRPFL) simply changes which updates arrive.
 Partial client communication (``communication="pcc"``, the paper's default): every client
 updates ``H_p`` from the broadcast ``W^s`` each round; only the sampled ones upload. The
 clients whose update is not aggregated (not sampled, late, dropped or cancelled) run their
-``Q1`` steps inside :meth:`FedMAvg.aggregate`, in one batched computation from the state's
-``W^s``; their ``W_p`` steps are skipped, since those copies are overwritten by the next
+``Q1`` steps in :meth:`FedMAvg.background` (the engine calls it right after ``aggregate``), in
+one batched computation from the broadcast ``W^s`` (kept in the state as ``broadcast``); their
+``W_p`` steps are skipped, since those copies are overwritten by the next
 broadcast and never influence anything. This background work and the broadcast of ``W^s`` to the
 clients outside the cohort are not simulated in time or bytes: the engine times the jobs of the
 cohort only, and the paper's claim (fewer uploads) concerns the uplink; a non-sampled client's
@@ -69,7 +70,7 @@ client's block). The payload is ``W`` both ways (``M * K`` float64).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -78,6 +79,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_choice, check_int, check_real
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.matrix import MatrixData, MatrixTask, project_h, project_w
@@ -94,14 +96,25 @@ COMMUNICATION = ("pcc", "pcp")
 class FedMAvgState:
     """The server's ``W`` (M x K), every client's ``H_p`` stacked (K x N), aggregations done.
 
-    ``data`` is the bound task, kept so that :meth:`FedMAvg.aggregate` can run PCC's
-    background ``H_p`` updates (the clients' data never reach the server).
+    No client data: the server knows only where each client's block of ``H`` is (``offsets``)
+    and the constraint set of ``W`` (``nonnegative_w``). ``broadcast`` is the ``W^s`` the
+    clients received in the round just aggregated, set by :meth:`FedMAvg.aggregate` for the
+    background ``Q1`` steps of the clients outside the round (:meth:`FedMAvg.background`, which
+    clears it again); ``None`` otherwise.
     """
 
     w: Array
     h: Array
-    data: MatrixData = field(repr=False, compare=False)
+    #: Client ``p`` owns columns ``offsets[p]:offsets[p + 1]`` of ``h``.
+    offsets: IntArray
+    #: Whether ``W`` is projected onto the non-negative orthant.
+    nonnegative_w: bool
     aggregations: int = 0
+    broadcast: Array | None = None
+
+    def columns(self, p: int) -> slice:
+        """Client ``p``'s columns of ``h``."""
+        return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
 
 
 def _lipschitz(gram: Array, factor: float) -> Array:
@@ -191,7 +204,7 @@ class FedMAvg(Algorithm[FedMAvgState]):
 
     def initial_state(self, data: MatrixData, streams: Streams) -> FedMAvgState:  # noqa: D102
         w, h = data.initial_factors(streams)
-        return FedMAvgState(w, h, data)
+        return FedMAvgState(w, h, data.offsets, data.nonnegative_w)
 
     def work(self, state: FedMAvgState, clients: IntArray) -> NDArray[np.float64]:
         """``Q1 + Q2^s`` local gradient steps per client."""
@@ -243,25 +256,36 @@ class FedMAvg(Algorithm[FedMAvgState]):
             else:
                 ws[i, rows] = new
             hs[i, :, : h.shape[1]] = h
-        return {"client": clients.astype(np.float64), "w": ws, "h": hs, "loss": loss}
+        return Updates(clients.astype(np.int64), {"w": ws, "h": hs}, loss=loss)
 
-    def aggregate(self, state: FedMAvgState, updates: Updates, round: int) -> FedMAvgState:
-        """Mean of the uploaded ``W_p``, projected; store the new ``H_p``; PCC's background.
+    def aggregate(self, state: FedMAvgState, updates: Updates, outcome: Outcome) -> FedMAvgState:
+        """Mean of the uploaded ``W_p``, projected; store the new ``H_p``.
 
-        Under PCC every client whose update is not in ``updates`` also takes its ``Q1`` steps
-        on ``H_p`` from the broadcast ``W^s`` (``state.w``), in one batched computation.
+        The new state keeps the broadcast ``W^s`` (``state.w``) for :meth:`background`.
         """
-        data = state.data
-        w = project_w(np.mean(updates["w"], axis=0), data.nonnegative_w)
+        params = updates.params
+        w = project_w(np.mean(params["w"], axis=0), state.nonnegative_w)
         h = state.h.copy()
+        for i, p in enumerate(updates.clients.tolist()):
+            cols = state.columns(p)
+            h[:, cols] = params["h"][i, :, : cols.stop - cols.start]
+        return replace(state, w=w, h=h, aggregations=state.aggregations + 1, broadcast=state.w)
+
+    def background(self, state: FedMAvgState, data: MatrixData, outcome: Outcome) -> FedMAvgState:
+        """PCC: every client not aggregated in ``outcome`` takes its ``Q1`` steps on ``H_p``.
+
+        They start from the broadcast ``W^s`` (``state.broadcast``), in one batched computation;
+        under PCP they stay idle. Either way the returned state no longer holds ``W^s``.
+        """
+        if state.broadcast is None:
+            return state
         done = np.zeros(data.n_clients, dtype=bool)
-        for i, p in enumerate(updates["client"].astype(np.int64).tolist()):
-            cols = data.columns(p)
-            h[:, cols] = updates["h"][i, :, : cols.stop - cols.start]
-            done[p] = True
-        if self.communication == "pcc" and not done.all():
-            self._background(data, state.w, h, np.flatnonzero(~done))
-        return FedMAvgState(w, h, data, state.aggregations + 1)
+        done[outcome.devices[outcome.arrived]] = True
+        if self.communication != "pcc" or done.all():
+            return replace(state, broadcast=None)
+        h = state.h.copy()
+        self._background(data, state.broadcast, h, np.flatnonzero(~done))
+        return replace(state, h=h, broadcast=None)
 
     def _background(self, data: MatrixData, w: Array, h: Array, clients: IntArray) -> None:
         """PCC: ``Q1`` steps on the ``H_p`` of ``clients`` from ``w``, in place, batched."""

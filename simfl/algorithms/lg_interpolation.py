@@ -53,6 +53,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_real
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.lg_synthetic import LGSynthetic, LGSyntheticData
@@ -147,26 +148,21 @@ class LGInterpolation(Algorithm[LGInterpolationState]):
         local = self.solve(gram, xty)
         quad = (local[:, None, :] @ gram @ local[:, :, None])[:, 0, 0]
         loss = (yty - 2.0 * np.sum(local * xty, axis=1) + quad) / data.spec.train_samples
-        return {
-            "client": np.asarray(clients, dtype=np.int64),
-            "gram": gram,
-            "xty": xty,
-            "loss": loss,
-        }
+        return Updates(np.asarray(clients, dtype=np.int64), {"gram": gram, "xty": xty}, loss=loss)
 
     def aggregate(
-        self, state: LGInterpolationState, updates: Updates, round: int
+        self, state: LGInterpolationState, updates: Updates, outcome: Outcome
     ) -> LGInterpolationState:
         """Add the statistics of devices not yet counted (once each) and re-solve."""
-        clients, first = np.unique(updates["client"], return_index=True)
+        clients, first = np.unique(updates.clients, return_index=True)
         new = ~state.counted[clients]
         if not new.any():
             return state
         rows = first[new]
         counted = state.counted.copy()
         counted[clients[new]] = True
-        gram = state.gram + updates["gram"][rows].sum(axis=0)
-        xty = state.xty + updates["xty"][rows].sum(axis=0)
+        gram = state.gram + updates.params["gram"][rows].sum(axis=0)
+        xty = state.xty + updates.params["xty"][rows].sum(axis=0)
         return LGInterpolationState(counted, gram, xty, self.solve(gram, xty))
 
     def local_models(self, data: LGSyntheticData) -> Array:

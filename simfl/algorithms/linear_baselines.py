@@ -48,6 +48,7 @@ from simfl.algorithms._linear import (
 )
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.linear import LinearModel, LinearRepresentationData
@@ -141,20 +142,19 @@ class GDGD(Algorithm[GDGDState]):
             )
         residual = (xb @ w[:, :, None])[:, :, 0] - y
         grad = (x.transpose(0, 2, 1) @ residual[:, :, None]) @ w[:, None, :] / m  # (C, d, k)
-        return {
-            "representation": b[None, :, :] - self.step_size * grad,
-            "head": w,
-            "client": clients.copy(),
-            "loss": 0.5 * np.mean(residual**2, axis=1),
-        }
+        return Updates(
+            clients.astype(np.int64),
+            {"representation": b[None, :, :] - self.step_size * grad, "head": w},
+            loss=0.5 * np.mean(residual**2, axis=1),
+        )
 
-    def aggregate(self, state: GDGDState, updates: Updates, round: int) -> GDGDState:
+    def aggregate(self, state: GDGDState, updates: Updates, outcome: Outcome) -> GDGDState:
         """Average ``B`` (QR if asked); store the accepted clients' new heads."""
-        b = np.mean(updates["representation"], axis=0)
+        b = np.mean(updates.params["representation"], axis=0)
         if self.orthonormalize:
             b = np.linalg.qr(b)[0]
         heads = state.heads.copy()
-        heads[updates["client"]] = updates["head"]
+        heads[updates.clients] = updates.params["head"]
         return GDGDState(np.asarray(b), heads)
 
     def evaluate(self, state: GDGDState, data: Any) -> dict[str, float]:
@@ -211,19 +211,20 @@ class LocalOnly(Algorithm[LocalOnlyState]):
         xt = x.transpose(0, 2, 1)
         u = solve_heads(x, y, np.eye(data.d), self.ridge)
         residual = (x @ u[:, :, None])[:, :, 0] - y
-        return {
-            "gram": xt @ x,
-            "moment": (xt @ y[:, :, None])[:, :, 0],
-            "client": clients.copy(),
-            "loss": 0.5 * np.mean(residual**2, axis=1),
-        }
+        return Updates(
+            clients.astype(np.int64),
+            {"gram": xt @ x, "moment": (xt @ y[:, :, None])[:, :, 0]},
+            loss=0.5 * np.mean(residual**2, axis=1),
+        )
 
-    def aggregate(self, state: LocalOnlyState, updates: Updates, round: int) -> LocalOnlyState:
+    def aggregate(
+        self, state: LocalOnlyState, updates: Updates, outcome: Outcome
+    ) -> LocalOnlyState:
         """Each accepted client adds its round's samples to its own statistics (no averaging)."""
-        n, d = updates["gram"].shape[0], updates["gram"].shape[1]
+        n, d = updates.params["gram"].shape[0], updates.params["gram"].shape[1]
         if n == 0:
             return state
-        clients = updates["client"]
+        clients = updates.clients
         size = int(clients.max()) + 1
         gram = np.zeros((size, d, d)) if state.gram is None else state.gram
         moment = np.zeros((size, d)) if state.moment is None else state.moment
@@ -231,8 +232,8 @@ class LocalOnly(Algorithm[LocalOnlyState]):
             gram = np.concatenate([gram, np.zeros((size - gram.shape[0], d, d))])
             moment = np.concatenate([moment, np.zeros((size - moment.shape[0], d))])
         gram, moment = gram.copy(), moment.copy()
-        np.add.at(gram, clients, updates["gram"])
-        np.add.at(moment, clients, updates["moment"])
+        np.add.at(gram, clients, updates.params["gram"])
+        np.add.at(moment, clients, updates.params["moment"])
         return LocalOnlyState(gram, moment)
 
     def evaluate(self, state: LocalOnlyState, data: Any) -> dict[str, float]:

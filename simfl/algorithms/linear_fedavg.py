@@ -31,6 +31,7 @@ from simfl.algorithms._linear import (
 )
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.linear import LinearModel, LinearRepresentationData
@@ -119,11 +120,12 @@ class FedAvg(Algorithm[FedAvgState]):
             grad_b = (xtr @ w[:, None, :]) / m
             b = b - self.step_size * grad_b
             w = w - self.step_size * grad_w
-        return {"representation": b, "head": w, "loss": loss}
+        return Updates(clients.astype(np.int64), {"representation": b, "head": w}, loss=loss)
 
-    def aggregate(self, state: FedAvgState, updates: Updates, round: int) -> FedAvgState:  # noqa: D102
+    def aggregate(self, state: FedAvgState, updates: Updates, outcome: Outcome) -> FedAvgState:  # noqa: D102
+        params = updates.params
         return FedAvgState(
-            np.mean(updates["representation"], axis=0), np.mean(updates["head"], axis=0)
+            np.mean(params["representation"], axis=0), np.mean(params["head"], axis=0)
         )
 
     def shared(self, state: FedAvgState) -> dict[str, Array]:  # noqa: D102

@@ -44,6 +44,7 @@ from simfl.algorithms._linear import (
 )
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.linear import LinearModel, LinearRepresentationData
@@ -112,16 +113,16 @@ class FedRep(Algorithm[FedRepState]):
         residual = (x @ (b @ heads.T).T[:, :, None])[:, :, 0] - y  # (C, m)
         xtr = x.transpose(0, 2, 1) @ residual[:, :, None]  # (C, d, 1)
         grad = (xtr @ heads[:, None, :]) / data.samples_per_client  # (C, d, k)
-        return {
-            "representation": b[None, :, :] - self.step_size * grad,
-            "head": heads,
-            "loss": 0.5 * np.mean(residual**2, axis=1),
-        }
+        return Updates(
+            clients.astype(np.int64),
+            {"representation": b[None, :, :] - self.step_size * grad, "head": heads},
+            loss=0.5 * np.mean(residual**2, axis=1),
+        )
 
-    def aggregate(self, state: FedRepState, updates: Updates, round: int) -> FedRepState:
+    def aggregate(self, state: FedRepState, updates: Updates, outcome: Outcome) -> FedRepState:
         """Average the clients' representations, then orthonormalise (``with_shared``)."""
         return self.with_shared(
-            state, {"representation": np.mean(updates["representation"], axis=0)}
+            state, {"representation": np.mean(updates.params["representation"], axis=0)}
         )
 
     def shared(self, state: FedRepState) -> dict[str, Array]:  # noqa: D102

@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.classification import ClassificationData, ClassificationTask
@@ -225,21 +226,25 @@ class SoftmaxFedAvg(Algorithm[SoftmaxFedAvgState]):
             loss[pos] = total / state.steps[group]
         out_w = np.ascontiguousarray(out[:, :, :d].transpose(0, 2, 1))
         out_b = out[:, :, d]
-        return {
-            "weight": out_w,
-            "bias": out_b,
-            "n_samples": sizes.astype(np.float64),
-            "loss": loss,
-        }
+        # params["weight"] is the model's W; Updates.weight the aggregation weight (sample count)
+        return Updates(
+            clients.astype(np.int64),
+            {"weight": out_w, "bias": out_b},
+            loss=loss,
+            weight=sizes.astype(np.float64),
+        )
 
     def aggregate(
-        self, state: SoftmaxFedAvgState, updates: Updates, round: int
+        self, state: SoftmaxFedAvgState, updates: Updates, outcome: Outcome
     ) -> SoftmaxFedAvgState:
         """The sample-size-weighted average of the clients' models."""
-        share = updates["n_samples"] / updates["n_samples"].sum()
-        c, d, k = updates["weight"].shape
-        weight = (share @ updates["weight"].reshape(c, d * k).astype(np.float64)).reshape(d, k)
-        bias = share @ updates["bias"].astype(np.float64)
+        n_samples = updates.weight
+        assert n_samples is not None
+        share = n_samples / n_samples.sum()
+        params = updates.params
+        c, d, k = params["weight"].shape
+        weight = (share @ params["weight"].reshape(c, d * k).astype(np.float64)).reshape(d, k)
+        bias = share @ params["bias"].astype(np.float64)
         return SoftmaxFedAvgState(weight.astype(np.float32), bias.astype(np.float32), state.steps)
 
     def evaluate(self, state: SoftmaxFedAvgState, data: ClassificationData) -> dict[str, float]:

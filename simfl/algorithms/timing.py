@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
@@ -57,9 +58,9 @@ class TimingOnly(Algorithm[None]):
     def local_updates(  # noqa: D102
         self, state: None, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
     ) -> Updates:
-        return {}
+        return Updates(clients.astype(np.int64), {})
 
-    def aggregate(self, state: None, updates: Updates, round: int) -> None:  # noqa: D102
+    def aggregate(self, state: None, updates: Updates, outcome: Outcome) -> None:  # noqa: D102
         return None
 
     def evaluate(self, state: None, data: Any) -> dict[str, float]:  # noqa: D102

@@ -69,11 +69,12 @@ def close_aggregation(
         state = ctx.state
 
         def compute() -> tuple[Any, Any]:
+            alg = ctx.algorithm
             updates = ctx.updates(state, plan.devices, round, accepted)
             if repeats is not None and (repeats > 1).any():
-                times = repeats[accepted]
-                updates = {k: np.repeat(v, times, axis=0) for k, v in updates.items()}
-            return ctx.algorithm.aggregate(state, updates, round), updates
+                updates = updates.repeat(repeats[accepted])
+            new = alg.background(alg.aggregate(state, updates, outcome), ctx.data, outcome)
+            return new, updates
 
         ctx.apply(row, compute)
     ctx.end_aggregation(row)

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from simfl.algorithms.base import Updates
 from simfl.engine.jobs import JobPlan, concat_plans
-from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
+from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, Outcome
 from simfl.policies.base import AsyncPolicy
 
 if TYPE_CHECKING:
@@ -145,6 +146,21 @@ class AsyncLoop:
         )
 
     # ----------------------------------------------------------------- aggregation
+    def outcome(self) -> Outcome:
+        """The jobs of the aggregation now due: the drops since the last one, then the buffer."""
+        jobs = self.ended + self.buffer
+        return Outcome(
+            round=self.version,
+            stage=0,
+            t_start=self.last_time,
+            time=self.env.now,
+            devices=np.array([j.device for j in jobs], dtype=np.int64),
+            status=np.array([j.status for j in jobs], dtype=np.int8),
+            job_start=np.array([j.plan.start(0) for j in jobs], dtype=np.float64),
+            job_end=np.array([j.t_end for j in jobs], dtype=np.float64),
+            staleness=np.array([j.staleness for j in jobs], dtype=np.float64),
+        )
+
     def aggregate(self) -> None:
         """Mix the buffered updates into the model, record the aggregation."""
         run, policy, alg = self.run, self.policy, self.run.algorithm
@@ -171,6 +187,7 @@ class AsyncLoop:
         }
         if applied:
             state = run.state
+            outcome = self.outcome()
 
             def compute() -> tuple[Any, Any]:
                 parts = [
@@ -179,10 +196,11 @@ class AsyncLoop:
                     )
                     for j in applied
                 ]
-                updates = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                updates = Updates.concat(parts)
                 bases = [alg.shared(self.snapshots[j.version][0]) for j in applied]
-                new = policy.combine(alg.shared(state), updates, bases, staleness)
-                return alg.with_shared(state, new), updates
+                new = policy.mixer(staleness).apply(alg.shared(state), updates, bases)
+                mixed = alg.with_shared(state, new)
+                return alg.background(mixed, run.data, outcome), updates
 
             run.apply(row, compute)
         row["bytes_down"], row["bytes_up"] = self.record(self.ended + self.buffer)

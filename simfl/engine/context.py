@@ -244,7 +244,7 @@ class RunContext:
             alg.local_updates(state, self.data, clients[i : i + UPDATE_SLICE], key, self.streams)
             for i in range(0, clients.size, UPDATE_SLICE)
         ]
-        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        return Updates.concat(parts)
 
     def apply(self, row: dict[str, Any], compute: Callable[[], tuple[Any, Updates]]) -> None:
         """Run ``compute`` (which returns the new state and the updates it used) safely.
@@ -252,12 +252,13 @@ class RunContext:
         A non-finite update marks ``row`` as ``diverged``; an exception marks it ``error`` (or
         re-raises with ``on_error="raise"``). Either way the state is left unchanged and the run
         stops after this aggregation. The mean ``loss`` of the updates becomes ``train_loss``.
+        ``compute`` calls the algorithm's ``aggregate`` and then its ``background``.
         """
         try:
             # overflow is detected below and recorded as divergence, not warned about
             with np.errstate(over="ignore", invalid="ignore"):
                 state, updates = compute()
-            if not all(np.isfinite(v).all() for v in updates.values()):
+            if not updates.finite():
                 row["status"] = "diverged"
                 self.stop("diverged")
                 return
@@ -268,8 +269,8 @@ class RunContext:
             self.fail(traceback.format_exc())
             return
         self.state = state
-        if "loss" in updates and len(updates["loss"]):
-            row["train_loss"] = float(np.mean(updates["loss"]))
+        if updates.loss is not None and len(updates.loss):
+            row["train_loss"] = float(np.mean(updates.loss))
 
     # ----------------------------------------------------------------- aggregations
     def end_aggregation(self, row: dict[str, Any]) -> None:

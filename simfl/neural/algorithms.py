@@ -74,6 +74,7 @@ from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
 from simfl.neural.models import Network, Params
 from simfl.neural.task import ImageClassification
 from simfl.neural.train import DEFAULT_SGD, SGD, Phase
+from simfl.outcome import Outcome
 
 __all__ = ["FedAvg", "FedAvgFT", "FedPer", "FedProx", "FedRep", "LGFedAvg", "LocalOnly"]
 
@@ -319,10 +320,10 @@ class LGFedAvg(NeuralAlgorithm):
             return (*state.shared, *state.local_default)
         return tuple(state.shared)
 
-    def aggregate(self, state: NeuralState, updates: Updates, round: int) -> NeuralState:
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """LG aggregation; while pre-training, the local layers are averaged into the default."""
         if state.round >= self.pretrain_rounds:
-            return super().aggregate(state, updates, round)
+            return super().aggregate(state, updates, outcome)
         shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
         default = {**state.local_default, **weighted_means(updates, tuple(state.local_default))}
         return replace(

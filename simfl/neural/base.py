@@ -11,8 +11,9 @@ a value: ``aggregate`` returns a new one and never changes the old one or its te
   never took part starts from the initial local parameters, as every ``w_locals[i]`` starts as
   the initial model in the FedRep code). Minibatch order comes from the keyed stream
   ``("neural/batches", client, round)``, so a client's update depends only on the state and its
-  own data. Updates are numpy arrays with a leading client axis: the trained parameters, the
-  client ids, their training-set sizes (``"weight"``) and their mean minibatch loss.
+  own data. The :class:`~simfl.algorithms.Updates` hold numpy arrays with a leading client
+  axis: the trained parameters (``params``), the clients, their training-set sizes (the
+  aggregation ``weight``) and their mean minibatch ``loss``.
 * ``aggregate`` replaces each shared parameter by the average of the cohort's copies weighted by
   training-set size (the FedRep code's ``lens`` weighting, also the SRPFL code's) and stores each
   aggregated client's local parameters (and the cohort's average of them, for
@@ -50,6 +51,7 @@ from simfl.network import Payload
 from simfl.neural.models import Network, Params
 from simfl.neural.task import ClientImages, ImageClassification
 from simfl.neural.train import SGD, Phase, evaluate_cohort, train_cohort
+from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
@@ -182,23 +184,24 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
             self.prox(state),
         )
         trained = net.params_of({layer for p in phases for layer in p.layers})
-        updates: Updates = {n: params[n].numpy() for n in trained}
-        updates["client"] = clients.astype(np.int64)
-        updates["weight"] = state.sizes[clients]
-        updates["loss"] = np.nan_to_num(loss, nan=0.0)  # a client without data trains nothing
-        return updates
+        return Updates(
+            clients.astype(np.int64),
+            {n: params[n].numpy() for n in trained},
+            loss=np.nan_to_num(loss, nan=0.0),  # a client without data trains nothing
+            weight=state.sizes[clients],
+        )
 
-    def aggregate(self, state: NeuralState, updates: Updates, round: int) -> NeuralState:
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """Size-weighted average of the shared parameters; clients keep their local ones."""
         shared = dict(state.shared)
         for name, value in weighted_means(updates, tuple(state.shared)).items():
             shared[name] = value
         local = dict(state.local)
-        for j, c in enumerate(updates["client"]):
+        for j, c in enumerate(updates.clients):
             own = dict(local.get(int(c), state.local_default))
             for name in state.local_default:
-                if name in updates:
-                    own[name] = torch.from_numpy(np.array(updates[name][j]))
+                if name in updates.params:
+                    own[name] = torch.from_numpy(np.array(updates.params[name][j]))
             local[int(c)] = own
         average = {**state.local_average, **weighted_means(updates, tuple(state.local_default))}
         return replace(
@@ -241,12 +244,12 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
 
 
 def weighted_means(updates: Updates, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Size-weighted means over the cohort of the ``names`` present in ``updates``."""
-    w = np.asarray(updates["weight"], dtype=np.float64)
+    """Size-weighted means over the cohort of the ``names`` present in ``updates.params``."""
+    w = np.asarray(updates.weight, dtype=np.float64)
     w = w / w.sum()
     out: dict[str, torch.Tensor] = {}
     for name in names:
-        if name in updates:
-            value: Any = np.tensordot(w, np.asarray(updates[name], dtype=np.float64), axes=1)
+        if name in updates.params:
+            value: Any = np.tensordot(w, np.asarray(updates.params[name], dtype=np.float64), axes=1)
             out[name] = torch.from_numpy(np.asarray(value, dtype=np.float32))
     return out

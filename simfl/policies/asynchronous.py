@@ -15,30 +15,27 @@ FedBuff (Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregati
 ``x <- x + server_lr * (1/K) * sum_i w(s_i) (x_i - x_base(i))`` with ``w(s) = (1 + s)^-e``,
 ``e = 0.5`` by default (``1/sqrt(1 + s)``).
 
-Both mix the algorithm's server-side parameters (:meth:`~simfl.algorithms.Algorithm.shared`) and
-hand the result back through :meth:`~simfl.algorithms.Algorithm.with_shared` (linear FedRep
-re-orthonormalises there). Records: one ``rounds`` row per aggregation (``n_selected`` and
-``n_dropped`` count the jobs started and dropped since the previous one; ``t_start`` is the
-previous aggregation's time); in ``clients`` a job's ``round`` is the version it downloaded and
-``staleness`` is recorded for every applied update. Updates in the buffer or in flight when the
-run ends are recorded ``cancelled``; updates staler than ``max_staleness`` are discarded as
-``late``.
+Both mix the algorithm's server-side parameters (:meth:`~simfl.algorithms.Algorithm.shared`):
+the policy computes the staleness weights only (:meth:`AsyncPolicy.mixer`), the arithmetic of
+the mix is on the algorithm side (:mod:`simfl.algorithms.mixing`), and the result goes back
+through :meth:`~simfl.algorithms.Algorithm.with_shared` (linear FedRep re-orthonormalises
+there). The engine plays the runs (:mod:`simfl.engine.asynchronous`, where the records are
+described).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
+from simfl.algorithms.mixing import BufferedMix, SequentialMix
 from simfl.policies.base import AsyncPolicy
 
 __all__ = ["AsyncPolicy", "FedAsync", "FedBuff"]
-
-Shared = dict[str, NDArray[Any]]
 
 
 def _check_common(owner: str, concurrency: int, exponent: float, max_staleness: int | None) -> None:
@@ -75,14 +72,11 @@ class FedAsync(AsyncPolicy):
         check_real("FedAsync.mixing", self.mixing, low=0.0, high=1.0, low_open=True)
         _check_common("FedAsync", self.concurrency, self.staleness_exponent, self.max_staleness)
 
-    def combine(  # noqa: D102
-        self, current: Shared, updates: Shared, bases: list[Shared], staleness: NDArray[np.int64]
-    ) -> Shared:
-        out = dict(current)
-        for i, s in enumerate(staleness):
-            a = self.mixing * (1.0 + float(s)) ** -self.staleness_exponent
-            out = {k: (1.0 - a) * out[k] + a * updates[k][i] for k in out}
-        return out
+    def mixer(self, staleness: NDArray[np.int64]) -> SequentialMix:
+        """One update after the other, ``a_i = mixing * (1 + s_i)^-e``."""
+        return SequentialMix(
+            tuple(self.mixing * (1.0 + float(s)) ** -self.staleness_exponent for s in staleness)
+        )
 
 
 @dataclass(frozen=True)
@@ -119,13 +113,7 @@ class FedBuff(AsyncPolicy):
     def buffer(self) -> int:  # noqa: D102
         return self.buffer_size
 
-    def combine(  # noqa: D102
-        self, current: Shared, updates: Shared, bases: list[Shared], staleness: NDArray[np.int64]
-    ) -> Shared:
+    def mixer(self, staleness: NDArray[np.int64]) -> BufferedMix:
+        """Weights ``w_i = (1 + s_i)^-e`` and scale ``server_lr / K`` on the deltas' sum."""
         w = (1.0 + staleness.astype(np.float64)) ** -self.staleness_exponent
-        scale = self.server_lr / staleness.size
-        out = {}
-        for k, x in current.items():
-            delta = sum(w[i] * (updates[k][i] - bases[i][k]) for i in range(staleness.size))
-            out[k] = x + scale * delta
-        return out
+        return BufferedMix(w, self.server_lr / staleness.size)

@@ -19,7 +19,8 @@ Three families, one loop each in the engine:
 :class:`AsyncPolicy`
     Asynchronous aggregation: how many jobs are in flight, which device starts next, how many
     arrivals make an aggregation, which updates are too stale, and the staleness weights of
-    the mixing (the mixing math itself is the algorithm side's, :mod:`simfl.algorithms.mixing`).
+    the mixing (:meth:`AsyncPolicy.mixer`; the math itself is the algorithm side's,
+    :mod:`simfl.algorithms.mixing`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm
+from simfl.algorithms.mixing import BufferedMix, SequentialMix
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 
@@ -193,7 +195,7 @@ class AsyncPolicy(Policy, ABC):
 
     The engine keeps :attr:`concurrency` jobs in flight, starting each on the device
     :meth:`pick` names; every :meth:`buffer` arrivals it aggregates the updates not staler than
-    :attr:`max_staleness`, mixing them with :meth:`mixing`'s weights.
+    :attr:`max_staleness`, mixing them with :meth:`mixer`'s weights.
     """
 
     concurrency: int
@@ -245,6 +247,13 @@ class AsyncPolicy(Policy, ABC):
             if not busy[device] and (online is None or view.is_online(device)):
                 return device
             attempt += 1
+
+    @abstractmethod
+    def mixer(self, staleness: NDArray[np.int64]) -> SequentialMix | BufferedMix:
+        """How the applied updates, of these staleness values (in order), are mixed in.
+
+        A rule of :mod:`simfl.algorithms.mixing`, whose ``apply`` does the parameter math.
+        """
 
 
 def cohort_size(owner: str, fraction: float | None, count: int | None, n_devices: int) -> int:

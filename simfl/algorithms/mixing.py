@@ -1,0 +1,81 @@
+"""Asynchronous mixing: how staleness-weighted updates combine with the server's parameters.
+
+The asynchronous policies (:mod:`simfl.policies.asynchronous`) decide *when* updates are applied
+and with which weights; the arithmetic of the mix is here, on the algorithm side, and works on
+the algorithm's server-side parameters (:meth:`~simfl.algorithms.Algorithm.shared`, a dict of
+arrays by name) and the matching ``params`` of the :class:`~simfl.algorithms.Updates`:
+
+* :class:`SequentialMix` (FedAsync): every update in turn, ``x <- (1 - a_i) x + a_i x_i``;
+* :class:`BufferedMix` (FedBuff): ``x <- x + scale * sum_i w_i (x_i - base_i)``, where
+  ``base_i`` is the server's parameters at the version update ``i`` was computed from.
+
+No SimPy and no policy state: pure numpy, so the mixes are tested on hand-computed values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl.algorithms.base import Updates
+
+__all__ = ["BufferedMix", "SequentialMix", "Shared"]
+
+#: Server-side parameters by name (what ``Algorithm.shared`` returns).
+Shared = dict[str, NDArray[Any]]
+
+
+@dataclass(frozen=True)
+class SequentialMix:
+    """Mix the updates in order: for each row ``i``, ``x <- (1 - a_i) x + a_i x_i``.
+
+    Attributes
+    ----------
+    alphas
+        ``a_i`` of each row of the updates, in row order.
+    """
+
+    alphas: tuple[float, ...]
+
+    def apply(self, current: Shared, updates: Updates, bases: Sequence[Shared]) -> Shared:
+        """The parameters after mixing every row of ``updates`` into ``current`` in turn.
+
+        ``bases`` (the parameters each row started from) are not used by this mix.
+        """
+        params = updates.params
+        out = dict(current)
+        for i, a in enumerate(self.alphas):
+            out = {k: (1.0 - a) * out[k] + a * params[k][i] for k in out}
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class BufferedMix:
+    """Add the weighted deltas: ``x <- x + scale * sum_i w_i (x_i - base_i)``.
+
+    Attributes
+    ----------
+    weights
+        ``w_i`` of each row of the updates, in row order.
+    scale
+        The factor on the weighted sum (FedBuff: ``server_lr / K``).
+    """
+
+    weights: NDArray[np.float64]
+    scale: float
+
+    def apply(self, current: Shared, updates: Updates, bases: Sequence[Shared]) -> Shared:
+        """The parameters ``current`` plus the scaled, weighted sum of the rows' deltas.
+
+        ``bases[i]`` holds the parameters row ``i`` of ``updates`` was computed from.
+        """
+        params, w = updates.params, self.weights
+        out = {}
+        for k, x in current.items():
+            delta = sum(w[i] * (params[k][i] - bases[i][k]) for i in range(w.size))
+            out[k] = x + self.scale * delta
+        return out
