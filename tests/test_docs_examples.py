@@ -7,6 +7,8 @@ import runpy
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import simfl
 from simfl import Fleet, Profile, Scenario, algorithms, dists, policies
 
@@ -71,3 +73,39 @@ def test_skip_late_leaves_out_devices_late_in_two_of_their_last_three_rounds():
     )
     assert (res.clients["status"] == "late").sum() < (plain.clients["status"] == "late").sum()
     assert res.meta["stop_reason"] == "rounds" and len(res.rounds) == 60
+
+
+def test_hinge_weighting_is_fedbuff_with_other_weights():
+    hinge_buff = _example("async_weighting")["HingeBuff"]
+    pol = hinge_buff(buffer_size=4, concurrency=8, hinge=2, slope=0.5)
+    staleness = np.array([0, 2, 3, 6], dtype=np.int64)
+    mix = pol.mixer(staleness)
+    # 1 up to the hinge, then 1 / (1 + slope (s - hinge)): 1, 1, 1/1.5, 1/3
+    np.testing.assert_allclose(mix.weights, [1.0, 1.0, 1 / 1.5, 1 / 3.0], rtol=0, atol=1e-15)
+    assert mix.scale == pol.server_lr / 4
+
+    def scenario(policy: policies.Policy) -> Scenario:
+        return Scenario(
+            task=simfl.tasks.LinearRepresentation(d=10, k=2, samples_per_client=10),
+            algorithm=algorithms.FedRep(),
+            fleet=Fleet.homogeneous(40, compute=dists.Exponential(1.0)),
+            policy=policy,
+            rounds=30,
+            seed=1,
+        )
+
+    # with a hinge beyond any staleness every weight is 1: exactly FedBuff with exponent 0
+    flat = simfl.run(
+        scenario(hinge_buff(buffer_size=4, concurrency=8, hinge=10**6)), progress=False
+    )
+    plain = simfl.run(
+        scenario(policies.FedBuff(buffer_size=4, concurrency=8, staleness_exponent=0.0)),
+        progress=False,
+    )
+    assert flat.rounds.drop(columns="duration").equals(plain.rounds.drop(columns="duration"))
+    assert flat.clients.equals(plain.clients)
+    # a low hinge changes the model (stale updates weigh less), not the timing
+    hinged = simfl.run(scenario(pol), progress=False)
+    assert (hinged.clients["staleness"] > 2).any()
+    assert hinged.clients.equals(plain.clients)
+    assert not np.array_equal(hinged.rounds["distance"], plain.rounds["distance"])

@@ -24,6 +24,6 @@ class HingeBuff(FedBuff):
 
     def mixer(self, staleness: NDArray[np.int64]) -> BufferedMix:
         """FedBuff's mix of the deltas, with the hinge weights."""
-        s = staleness.astype(np.float64)
-        weights = np.where(s <= self.hinge, 1.0, 1.0 / (1.0 + self.slope * (s - self.hinge)))
+        beyond = np.maximum(staleness.astype(np.float64) - self.hinge, 0.0)
+        weights = 1.0 / (1.0 + self.slope * beyond)
         return BufferedMix(weights=weights, scale=self.server_lr / staleness.size)
