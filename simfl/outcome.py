@@ -67,7 +67,7 @@ class Outcome:
     @property
     def arrived(self) -> NDArray[np.bool_]:
         """Mask of the jobs whose update is aggregated."""
-        return self.status == ARRIVED
+        return np.asarray(self.status == ARRIVED, dtype=np.bool_)
 
     @property
     def durations(self) -> NDArray[np.float64]:
