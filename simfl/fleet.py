@@ -18,6 +18,12 @@ recorded ``dropped``) or paused until the device is back (``"pause"``); see
 :meth:`Fleet.with_availability`.
 Draws are keyed by the device index (see :mod:`simfl.rng`), so appending devices never changes
 the draws of the devices already there.
+
+Every device's compute draws stay finite: a fleet refuses a ``scale`` for which a device's
+largest draw (:attr:`simfl.dists.Dist.max_draw`) or mean compute time, times its scale, exceeds
+:data:`simfl.dists.MAX_DRAW` = ``1e300``, the rule every distribution already follows on its
+own (it leaves room for the work multiplier, the transfers and the clock; see
+:mod:`simfl.dists`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import check_array, check_choice, check_int, check_real
 from simfl.availability import Availability
-from simfl.dists import Dist
+from simfl.dists import MAX_DRAW, Dist
 from simfl.rng import Streams
 
 __all__ = ["OFFLINE_MODES", "REDRAW_MODES", "Fleet", "Profile"]
@@ -90,6 +96,26 @@ def _draw_scale(scale: ArrayLike | Dist, n: int, seed: int, field: str) -> NDArr
     return check_array(field, scale, size=n, low=0.0, low_open=True)
 
 
+def _check_scale_keeps_draws_finite(
+    dists: Sequence[Dist], group: NDArray[np.int64], scale: NDArray[np.float64]
+) -> None:
+    """Refuse a scale whose product with a device's largest draw or mean exceeds MAX_DRAW."""
+    # the largest compute time per unit of work a device can be given, or its mean if larger
+    # (a log-normal's mean can exceed its largest draw); an infinite mean does not exist
+    top = np.array([max(d.max_draw, d.mean if math.isfinite(d.mean) else 0.0) for d in dists])
+    with np.errstate(over="ignore"):
+        bad = ~(top[group] * scale <= MAX_DRAW)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        d = dists[int(group[i])]
+        raise ValueError(
+            f"Fleet.scale must keep every device's compute draws finite: the largest draw (or "
+            f"mean) of {d!r}, {top[group[i]]:.4g}, times the scale must be <= "
+            f"simfl.dists.MAX_DRAW = {MAX_DRAW:g}, so scale <= {MAX_DRAW / top[group[i]]:.4g}; "
+            f"device {i} has {float(scale[i])!r}"
+        )
+
+
 class Fleet:
     """A columnar table of devices.
 
@@ -104,7 +130,9 @@ class Fleet:
         For each device, the index into ``compute`` of its distribution.
     scale
         Per-device multiplier of the compute time (> 0), an array, a number, or a distribution
-        to draw one value per device from (keyed by device with ``seed``).
+        to draw one value per device from (keyed by device with ``seed``). A device's largest
+        compute draw (and mean) times its scale must be at most
+        :data:`simfl.dists.MAX_DRAW` = ``1e300``, so that durations stay finite.
     bandwidth_down, bandwidth_up, latency, dropout_rate
         Per-device link and failure parameters (numbers or arrays); see :class:`Profile`.
     redraw
@@ -199,6 +227,7 @@ class Fleet:
         set_(self, "dists", dists)
         set_(self, "group", g)
         set_(self, "scale", _draw_scale(scale, n, seed, "Fleet.scale"))
+        _check_scale_keeps_draws_finite(dists, g, self.scale)
         set_(
             self,
             "bandwidth_down",

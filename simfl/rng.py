@@ -33,7 +33,7 @@ from scipy.special import ndtri
 
 from simfl._checks import check_int
 
-__all__ = ["Streams"]
+__all__ = ["UNIFORM_MAX", "Streams"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -42,6 +42,13 @@ _FINAL = np.uint64(0xD1B54A32D192ED03)
 _S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
 _ONE = np.uint64(1)
 _TWO_M53 = 2.0**-53
+
+#: The largest value :meth:`Streams.uniform` returns, the float just below 1 (``1 - 2**-53``).
+#: ``(k + 0.5) * 2**-53`` rounds to exactly 1.0 for the top 53-bit integer ``k``, so uniforms
+#: are clamped here: the interval stays open and no inverse CDF is ever evaluated at 1 (an
+#: infinite draw for every unbounded distribution). Only that one value in ``2**53`` changes.
+#: :mod:`simfl.dists` bounds each distribution's largest draw by its ``ppf`` at this value.
+UNIFORM_MAX = float(np.nextafter(1.0, 0.0))
 
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -133,6 +140,8 @@ class Streams:
     def uniform(self, purpose: str, *keys: ArrayLike) -> NDArray[np.float64]:
         """Uniform draws on the open interval (0, 1), one per element of the broadcast keys.
 
+        Every draw lies in ``[2**-54, UNIFORM_MAX]``.
+
         Parameters
         ----------
         purpose
@@ -146,7 +155,8 @@ class Streams:
             Float64 array with the broadcast shape of the keys (0-d if all keys are scalars).
         """
         z = self._hash(purpose, keys)
-        return ((z >> _S11).astype(np.float64) + 0.5) * _TWO_M53
+        u = ((z >> _S11).astype(np.float64) + 0.5) * _TWO_M53
+        return np.minimum(u, UNIFORM_MAX)
 
     def normal(self, purpose: str, *keys: ArrayLike) -> NDArray[np.float64]:
         """Standard normal draws, one per element of the broadcast keys (inverse-CDF method)."""

@@ -112,3 +112,52 @@ def test_fleet_is_immutable():
     f = Fleet.homogeneous(2, dists.Constant(1.0))
     with pytest.raises(AttributeError):
         f.redraw = "run"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- finite draws (MAX_DRAW rule)
+# A device's largest compute draw (Dist.max_draw) times its scale must be <= MAX_DRAW = 1e300.
+EXP1 = dists.Exponential(1.0)  # largest draw 53 ln 2 = 36.7, so scale <= 2.72e298
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Fleet.homogeneous(3, EXP1, scale=1e308), "Fleet.scale"),
+        (lambda: Fleet.homogeneous(3, EXP1, scale=[1.0, 1e299, 1.0]), "Fleet.scale"),
+        (lambda: Fleet.homogeneous(3, EXP1, scale=dists.Constant(1e299)), "Fleet.scale"),
+        (lambda: Fleet.homogeneous(3, dists.Constant(1e300), scale=1.5), "Fleet.scale"),
+        (lambda: Fleet.homogeneous(3, dists.LogNormal(0.0, 30.0), scale=1e200), "Fleet.scale"),
+        (lambda: Fleet.homogeneous(3, EXP1).with_scale(1e300), "Fleet.scale"),
+        (
+            lambda: Fleet.tiers((2, Profile(EXP1)), (1, Profile(EXP1))).with_scale(1e300),
+            "Fleet.scale",
+        ),
+        (lambda: Fleet.mixture(4, [(1.0, Profile(EXP1))]).with_scale(1e300), "Fleet.scale"),
+        (
+            lambda: Fleet.homogeneous(2, EXP1) + Fleet.homogeneous(1, EXP1, scale=1e300),
+            "Fleet.scale",
+        ),
+        (lambda: Fleet.tiers((2, Profile(dists.Exponential(1e308)))), r"Exponential\.mean"),
+        (lambda: Fleet.mixture(2, [(1.0, Profile(dists.Pareto(0.001, 1.0)))]), r"Pareto\.shape"),
+        (lambda: Fleet.homogeneous(2, dists.LogNormal(1000.0, 1.0)), r"LogNormal\.mu"),
+    ],
+)
+def test_scales_that_overflow_the_draws_are_refused(build, field):
+    with pytest.raises(ValueError, match=field) as err:
+        build()
+    assert "MAX_DRAW = 1e+300" in str(err.value)
+
+
+def test_scale_message_names_the_limit_and_the_device():
+    with pytest.raises(ValueError, match=r"scale <= 2\.72\d*e\+298; device 1 has 1e\+299"):
+        Fleet.homogeneous(3, EXP1, scale=[1.0, 1e299, 1.0])
+
+
+def test_huge_but_finite_scales_construct_and_draw_finite_times():
+    f = Fleet.homogeneous(3, EXP1, scale=2.7e298) + Fleet.homogeneous(2, dists.Constant(1e200))
+    f = f.with_scale([2.7e298, 1.0, 1.0, 1e100, 1e100])
+    assert (f.mean_compute <= dists.MAX_DRAW).all()
+    d = f.compute_draws(np.arange(5), round=0, stage=0, streams=Streams(0))
+    assert np.isfinite(d).all() and (d <= dists.MAX_DRAW).all()
+    # a zero largest draw takes any finite scale
+    assert Fleet.homogeneous(2, dists.Constant(0.0), scale=1e308).size == 2
