@@ -16,9 +16,8 @@ Every run of a timing-only scenario must end, with everything it did recorded:
    stop reason is one of the timing-only reasons, the number of rounds is bounded (see
    :func:`check_round_bound`) and every row is well formed.
 
-The tests that need the engine rewrite (issue 12) are marked :data:`NEEDS_REWRITE`; on today's
-engine they hang or raise SimPy's "No scheduled events left" error, so they are not run at all.
-Every run goes through :func:`run_guarded`, a wall-clock safety net (``SIGALRM``, Linux) that
+Before the engine rewrite (issue 12) the first two hung or raised SimPy's "No scheduled events
+left" error, and the overflowing durations crashed one path. Every run goes through :func:`run_guarded`, a wall-clock safety net (``SIGALRM``, Linux) that
 turns a hang into a test failure.
 """
 
@@ -41,10 +40,6 @@ import simfl
 from simfl import Fleet, Scenario, dists, policies
 from simfl.algorithms import TimingOnly
 from simfl.availability import Availability
-
-NEEDS_REWRITE = pytest.mark.xfail(
-    reason="needs the engine rewrite (issue 12)", strict=True, run=False
-)
 
 #: The job statuses of ``res.clients["status"]``.
 STATUSES = {"arrived", "late", "dropped", "cancelled"}
@@ -232,7 +227,6 @@ SYNC_OFFLINE_POLICIES = [
 ]
 
 
-@NEEDS_REWRITE
 @pytest.mark.parametrize(
     ("policy", "every_device"),
     [
@@ -286,7 +280,6 @@ STALLING_FLEETS = {
 }
 
 
-@NEEDS_REWRITE
 @pytest.mark.parametrize(
     ("fleet", "policy"),
     [
@@ -514,7 +507,6 @@ def test_every_ordinary_timing_run_ends_with_its_rows(case):
     check_property(*case)
 
 
-@NEEDS_REWRITE
 @PROPERTY_SETTINGS
 @given(timing_scenarios(pathological=True))
 def test_every_pathological_timing_run_ends_with_its_rows(case):
