@@ -18,8 +18,8 @@ Every run of a timing-only scenario must end, with everything it did recorded:
 
 Before the engine rewrite (issue 12) the first two hung or raised SimPy's "No scheduled events
 left" error, and the overflowing durations crashed one path. Every run goes through
-:func:`run_guarded`, a wall-clock safety net (``SIGALRM``, Linux) that
-turns a hang into a test failure.
+:func:`run_guarded`, a wall-clock safety net (``SIGALRM``, Linux) that turns a hang into a
+test failure.
 """
 
 from __future__ import annotations
@@ -118,16 +118,16 @@ def check_rows(res: simfl.Results, sc: Scenario) -> None:
     assert int(rounds["n_arrived"].sum()) == int(arrived.sum())
     if is_async(sc.policy):
         return
-    per_round = clients.groupby("round")["status"].apply(
-        lambda s: s.astype(str).value_counts().reindex(sorted(STATUSES), fill_value=0)
+    status = clients["status"].astype(str)
+    per_round = (
+        pd.crosstab(clients["round"], status)
+        .reindex(columns=sorted(STATUSES), fill_value=0)
+        .reindex(rounds["round"], fill_value=0)  # a round without jobs counts zeros
     )
-    for row in rounds.itertuples():
-        counts = per_round.loc[row.round]
-        assert int(counts.sum()) == row.n_selected, f"round {row.round}: a started job is missing"
-        assert int(counts["arrived"]) == row.n_arrived
-        assert int(counts["dropped"]) == row.n_dropped
-        assert int(counts["late"]) == row.n_late
-        assert int(counts["cancelled"]) == row.n_cancelled
+    for row, counts in zip(rounds.itertuples(), per_round.itertuples(index=False), strict=True):
+        assert sum(counts) == row.n_selected, f"round {row.round}: a started job is missing"
+        assert counts.arrived == row.n_arrived and counts.dropped == row.n_dropped
+        assert counts.late == row.n_late and counts.cancelled == row.n_cancelled
     # jobs beyond the last recorded round belong to the one round left unfinished
     assert (clients["round"] <= len(rounds)).all()
 
