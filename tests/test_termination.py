@@ -249,6 +249,22 @@ def test_paused_jobs_of_devices_that_never_return_end_the_run_as_offline(policy,
         assert (paused["round"] == len(res.rounds)).all()  # the round that never finished
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [
+        policies.WaitAll(),
+        pytest.param(policies.FedBuff(buffer_size=2, concurrency=4), id="fedbuff"),
+    ],
+)
+def test_with_a_time_budget_the_clock_does_not_jump_to_it_when_nothing_can_happen(policy):
+    # the same paused jobs under max_time = 1e6 s: the run ends offline when the last event
+    # happens (a device leaving at LIFETIME), not at the budget
+    sc = timing(churned_fleet("pause"), policy, max_time=1e6)
+    res = run_guarded(sc)
+    check_offline(res, sc, every_device=False)
+    assert res.meta["sim_time"] <= LIFETIME
+
+
 @pytest.mark.parametrize(("policy", "every_device"), SYNC_OFFLINE_POLICIES)
 def test_aborted_jobs_of_devices_that_never_return_end_the_run_as_offline(policy, every_device):
     # the same fleet in abort mode: the last round ends with the aborted (dropped) jobs, and the
@@ -355,8 +371,8 @@ def test_huge_but_finite_durations_run_to_a_finite_clock(batched):
 #   clock by STALL_FRACTION * max_time = 1e6 X (not even an asynchronous aggregation after the
 #   engine's longest allowed run of 1e4 dropped jobs), so no round makes progress and the stall
 #   rule must stop the run within STALL_ROUNDS (+ 1) rounds, unless the devices leave first
-#   (then "offline", or "max_time" if the engine lets the clock jump there while every job
-#   waits for a device that never returns).
+#   (then "offline": the engine never lets the clock jump to max_time while every job waits for
+#   a device that never returns).
 FAMILIES = ["constant", "exponential", "shifted", "lognormal", "pareto", "uniform"]
 POLICY_FAMILIES = ["wait-all", "deadline", "fastest-k", "adaptive", "srpfl", "fedasync", "fedbuff"]
 
@@ -486,10 +502,8 @@ def check_property(sc: Scenario, stop: str) -> None:
     elif stop == "max_time":
         assert reason in {"max_time", "stalled", "offline"}
     else:  # no round can make progress (see above): the stall rule, or the devices left
-        # (max_time only when every job waits for devices that never return: the clock may then
-        # jump to max_time, with no round on the way)
         ended = sc.fleet.availability is not None
-        assert reason in ({"stalled", "offline", "max_time"} if ended else {"stalled"})
+        assert reason in ({"stalled", "offline"} if ended else {"stalled"})
         assert len(res.rounds) <= STALL_ROUNDS + 1
 
 
