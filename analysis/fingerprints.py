@@ -61,8 +61,8 @@ Case = tuple[Any, dict[str, Any]]  # (scenario, run keyword arguments)
 def _catalogue() -> dict[str, Callable[[], Case]]:
     """Scenario builders by name (built lazily: neural ones import torch)."""
     from simfl import Fleet, Profile, Scenario, Target, algorithms, dists, policies, tasks
-    from simfl.availability import Availability
-    from simfl.topology import Network
+    from simfl.fleet import Availability
+    from simfl.network import Network
 
     linear = tasks.LinearRepresentation(d=20, k=2, samples_per_client=10, noise_std=1e-3)
 

@@ -17,14 +17,14 @@ both accuracy and simulated wall-clock time.
 (5, 50)
 """
 
-from simfl import algorithms, dists, policies, sweep, tasks
+from simfl import algorithms, dists, policies, sweeps, tasks
 from simfl.engine import run
 from simfl.fleet import Fleet, Profile
 from simfl.network import Payload
 from simfl.results import Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario, Target
-from simfl.store import Store
+from simfl.sweeps import Store, sweep
 
 __all__ = [
     "Fleet",
@@ -40,5 +40,6 @@ __all__ = [
     "policies",
     "run",
     "sweep",
+    "sweeps",
     "tasks",
 ]

@@ -29,7 +29,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from simfl.availability import AvailabilityCursor
+from simfl.fleet import AvailabilityCursor
 from simfl.flows import Flow, FlowNetwork
 from simfl.jobs import JobPlan
 

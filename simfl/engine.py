@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from simfl._checks import check_choice
 from simfl.algorithms.base import Updates
-from simfl.availability import AvailabilityCursor
 from simfl.device_jobs import DeviceRuntime, fast_job
+from simfl.fleet import AvailabilityCursor
 from simfl.flows import FlowNetwork
 from simfl.jobs import (
     ARRIVED,

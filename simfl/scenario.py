@@ -18,9 +18,9 @@ from typing import Any
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm
 from simfl.fleet import Fleet
+from simfl.network import Network
 from simfl.policies.base import Policy
 from simfl.tasks.base import Task
-from simfl.topology import Network
 
 __all__ = ["Scenario", "Target"]
 
@@ -87,7 +87,7 @@ class Scenario:
     name
         Label used in summaries and output directories.
     network
-        How devices reach the server (:class:`~simfl.topology.Network`: shared links, edge
+        How devices reach the server (:class:`~simfl.network.Network`: shared links, edge
         servers); ``None``: every device has a private link given by the fleet's columns.
     """
 

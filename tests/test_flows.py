@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
 from simfl.flows import FlowNetwork, max_min_rates
-from simfl.topology import Network
+from simfl.network import Network
 
 
 def one_link(capacity: float, n_devices: int = 8):

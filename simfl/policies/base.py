@@ -16,7 +16,7 @@ from simfl.rng import Streams
 
 if TYPE_CHECKING:
     from simfl.engine import RunContext
-    from simfl.topology import Network
+    from simfl.network import Network
 
 __all__ = [
     "Policy",

@@ -1,145 +1,38 @@
-"""Sweeps: grids of scenarios x seeds, run on local processes or Dask into a results store.
+"""Sweeps: cases (scenarios x seeds) run on local processes or Dask into a results store.
 
 >>> import simfl
->>> from simfl import policies, sweep
->>> # cases = sweep.grid(base, policy={"wait-all": policies.WaitAll(count=10),
->>> #                                  "srpfl": policies.SRPFL(n0=5)}, seed=range(10))
+>>> from simfl import sweeps
+>>> # cases = sweeps.grid(base, policy=..., seed=range(10))
 >>> # out = simfl.sweep(cases, store="runs/srpfl", executor="dask")   # or "processes"
 >>> # out.frame   # tidy rounds of every run, with a column per grid axis
 >>> # simfl.Store("runs/srpfl").rounds()   # the same, later, from the store
 
-A grid axis is a ``Scenario`` field (``policy``, ``fleet``, ``algorithm``, ``seed``, ...) given
-as a list of values or as a ``{label: value}`` dict; labels become columns of the tidy frame.
-
-:func:`sweep` (also reachable as ``simfl.sweep(...)``: this module is callable) runs every case
-on an executor (:mod:`simfl.executors`); workers write each finished run into the store
-(:mod:`simfl.store`) atomically. Runs already in the store are skipped, so a killed sweep
-resumes where it stopped; a run that raises is stored as ``failed`` and the others go on. Runs
-are deterministic, so every executor gives bit-identical frames. :func:`run_all` is the simple
-in-memory form, on local processes, kept for scripts.
+:func:`sweep` (``simfl.sweep``) runs every case on an executor (:mod:`simfl.sweeps.executors`);
+workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomically. Runs
+already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
+is stored as ``failed`` and the others go on. Without a store the results stay in memory.
+Runs are deterministic, so every executor gives bit-identical frames.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import os
-import sys
 import time
 import traceback
-import types
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from simfl.compare import collect
-from simfl.engine import run
-from simfl.executors import Executor, make_executor
-from simfl.results import Results
 from simfl.scenario import Scenario
-from simfl.store import MemoryStore, Store
-from simfl.worker import RunSpec, execute, git_revision, make_spec, record_of
+from simfl.sweeps.executors import Executor, make_executor
+from simfl.sweeps.grid import Case
+from simfl.sweeps.store import MemoryStore, Store
+from simfl.sweeps.worker import RunSpec, execute, git_revision, make_spec, record_of
 
-__all__ = ["Case", "SweepOutcome", "SweepResults", "grid", "run_all", "sweep"]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One scenario of a grid, with the labels of its grid coordinates."""
-
-    scenario: Scenario
-    labels: dict[str, Any] = field(default_factory=dict)
-
-
-def _label(value: Any) -> Any:
-    if isinstance(value, (int, float, str)):
-        return value
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) else repr(value)
-
-
-def grid(base: Scenario, **axes: Sequence[Any] | Mapping[str, Any] | range) -> list[Case]:
-    """Every combination of the given values of ``base``'s fields.
-
-    Raises
-    ------
-    ValueError
-        If an axis is not a Scenario field or has no values.
-    """
-    fields = {f.name for f in dataclasses.fields(Scenario)}
-    labelled: list[list[tuple[Any, Any]]] = []
-    for name, values in axes.items():
-        if name not in fields:
-            raise ValueError(f"grid axis {name!r} must be a Scenario field: {sorted(fields)}")
-        pairs = (
-            list(values.items())
-            if isinstance(values, Mapping)
-            else [(_label(v), v) for v in values]
-        )
-        if not pairs:
-            raise ValueError(f"grid axis {name!r} has no values")
-        labelled.append(pairs)
-    cases = []
-    for combo in itertools.product(*labelled):
-        changes = {name: value for name, (_, value) in zip(axes, combo, strict=True)}
-        labels = {name: label for name, (label, _) in zip(axes, combo, strict=True)}
-        name = ",".join(f"{k}={v}" for k, v in labels.items() if k != "seed") or base.name
-        cases.append(Case(dataclasses.replace(base, name=name, **changes), labels))
-    return cases
-
-
-@dataclass
-class SweepResults:
-    """The outcome of :func:`run_all`: one Results per case, and a tidy frame of all rounds."""
-
-    cases: list[Case]
-    results: list[Results]
-
-    @property
-    def frame(self) -> pd.DataFrame:
-        """Rounds of every run with the initial row (see :func:`simfl.compare.collect`).
-
-        Columns ``label`` (the scenario name) and ``seed``, and one column per grid axis.
-        """
-        frames = []
-        for case, res in zip(self.cases, self.results, strict=True):
-            labels = {k: v for k, v in case.labels.items() if k != "seed"}
-            frames.append(collect({case.scenario.name: [res]}, **labels))
-        return pd.concat(frames, ignore_index=True)
-
-
-def _run_case(scenario: Scenario) -> Results:
-    return run(scenario, progress=False)
-
-
-def run_all(
-    cases: Iterable[Case] | Iterable[Scenario],
-    *,
-    workers: int | None = None,
-    progress: bool = True,
-) -> SweepResults:
-    """Run every case, on ``workers`` local processes (default: all CPUs; 1 runs inline)."""
-    items = [c if isinstance(c, Case) else Case(c, {"seed": c.seed}) for c in cases]
-    n = workers or os.cpu_count() or 1
-    bar = tqdm(total=len(items), desc="sweep", unit="run", disable=not progress)
-    results: list[Results] = []
-    try:
-        if n == 1 or len(items) <= 1:
-            for case in items:
-                results.append(_run_case(case.scenario))
-                bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=n) as pool:
-                for res in pool.map(_run_case, [c.scenario for c in items]):
-                    results.append(res)
-                    bar.update(1)
-    finally:
-        bar.close()
-    return SweepResults(items, results)
+__all__ = ["SweepOutcome", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -157,7 +50,7 @@ class SweepOutcome:
     failed
         The runs of this sweep whose stored status is ``failed`` (now or earlier).
     store
-        Where the runs are: a :class:`~simfl.store.Store`, or a ``MemoryStore`` if the sweep
+        Where the runs are: a :class:`~simfl.sweeps.Store`, or a ``MemoryStore`` if the sweep
         had no store directory.
     executor
         The executor, in words.
@@ -211,7 +104,7 @@ def _cases(cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case) -> list
         if isinstance(c, Scenario):
             c = Case(c, {"seed": c.seed})
         if not isinstance(c, Case):
-            raise ValueError(f"sweep case {i} must be a simfl.Scenario or a sweep.Case, got {c!r}")
+            raise ValueError(f"sweep case {i} must be a simfl.Scenario or a sweeps.Case, got {c!r}")
         items.append(c)
     if not items:
         raise ValueError("sweep needs at least one scenario")
@@ -233,15 +126,16 @@ def sweep(
     Parameters
     ----------
     cases
-        Scenarios, or :class:`Case` objects from :func:`grid` (their labels become columns).
-        Two cases must not be the same run (same scenario, name and seed).
+        Scenarios, or :class:`~simfl.sweeps.Case` objects from :func:`~simfl.sweeps.grid`
+        (their labels become columns). Two cases must not be the same run (same scenario,
+        name and seed).
     store
-        The store directory (created if new; see :mod:`simfl.store`). Workers write into it
-        directly, so on a multi-machine cluster it must be on a filesystem they share, at the
-        same path. ``None``: results come back in memory (nothing is skipped or resumable).
+        The store directory (created if new; see :mod:`simfl.sweeps.store`). Workers write
+        into it directly, so on a multi-machine cluster it must be on a filesystem they share,
+        at the same path. ``None``: results come back in memory (nothing is skipped or resumable).
     executor
         ``"processes"`` (the default without ``scheduler``), ``"dask"`` (the default with it),
-        ``"inline"``, or an :class:`~simfl.executors.Executor` object (not closed afterwards).
+        ``"inline"``, or an :class:`~simfl.sweeps.Executor` object (not closed afterwards).
     workers
         Local processes, or the size of the local Dask cluster (default: the CPUs).
     scheduler
@@ -350,17 +244,3 @@ def _settle(
         memory.add(value.record, value.results)
     stored: dict[str, Any] = value.record
     return stored
-
-
-class _CallableModule(types.ModuleType):
-    """``simfl.sweep`` is this module and, called, its :func:`sweep` function."""
-
-    def __call__(
-        self,
-        cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case,
-        **options: Any,
-    ) -> SweepOutcome:
-        return sweep(cases, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule

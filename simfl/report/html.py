@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 
 from simfl import compare
-from simfl import report_figures as figures
-from simfl.store import Store
+from simfl.report import figures
+from simfl.sweeps.store import Store
 
 __all__ = ["write_report"]
 

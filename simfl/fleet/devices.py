@@ -12,7 +12,7 @@ A device is described by
 ``redraw`` says how often a device's speed is drawn: once for the whole run (``"run"``), once
 per stage of a stage-based policy such as SRPFL (``"stage"``), or every round (``"round"``).
 
-A fleet may carry an :class:`~simfl.availability.Availability` (when each device is online)
+A fleet may carry an :class:`~simfl.fleet.Availability` (when each device is online)
 and an ``offline`` mode saying whether a job whose device goes offline is aborted (``"abort"``,
 recorded ``dropped``) or paused until the device is back (``"pause"``); see
 :meth:`Fleet.with_availability`.
@@ -31,8 +31,8 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import check_array, check_choice, check_int, check_real
-from simfl.availability import Availability
 from simfl.dists import Dist
+from simfl.fleet.availability import Availability
 from simfl.rng import Streams
 
 __all__ = ["OFFLINE_MODES", "REDRAW_MODES", "Fleet", "Profile"]
