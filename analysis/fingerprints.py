@@ -432,7 +432,7 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
             task=neural.ImageClassification(
                 neural.Digits(), neural.Shards(2), neural.MLP((32, 16))
             ),
-            algorithm=neural.FedRep(head_epochs=1, body_epochs=1),
+            algorithm=neural.NeuralFedRep(head_epochs=1, body_epochs=1),
             fleet=Fleet.homogeneous(20, compute=dists.Exponential(mean=1.0), dropout_rate=0.05),
             policy=policies.Deadline(2.0, fraction=0.25),
             rounds=4,

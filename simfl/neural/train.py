@@ -2,7 +2,7 @@
 
 Every client of the cohort has its own copy of the parameters that learn (a leading client axis)
 and its own momentum buffers, and runs its own sequence of minibatches; one step of the cohort
-is one forward and one backward pass over all clients' minibatches (:meth:`Network.forward`),
+is one forward and one backward pass over all clients' minibatches (:meth:`Net.forward`),
 and the gradient of the SUM of the clients' mean losses splits into each client's own gradient.
 Clients with fewer samples run fewer steps: in the steps they do not take they are masked out
 (parameters and momentum untouched), so each client's result is what training it alone gives,
@@ -19,7 +19,7 @@ generator and cuts it into batches of ``batch_size`` (the last one smaller), lik
 ``DataLoader`` without ``drop_last``. Layers below the lowest learning layer are frozen for the
 whole phase, so their output is computed once per phase and reused by every epoch (FedRep's head
 epochs then cost almost nothing); the device's simulated work still counts the forward pass
-through them each epoch (:meth:`Network.train_macs`).
+through them each epoch (:meth:`Net.train_macs`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from simfl._checks import check_int, check_real
-from simfl.neural.models import Network, Params, param_layer
+from simfl.neural.models import Net, Params, param_layer
 
 __all__ = ["DEFAULT_SGD", "SGD", "Phase", "epoch_order", "evaluate_cohort", "train_cohort"]
 
@@ -110,7 +110,7 @@ def _gather(x: Tensor, index: Tensor) -> Tensor:
     return x[flat].reshape(*index.shape, *x.shape[1:])
 
 
-def _features(net: Network, params: Params, x: Tensor, index: Tensor, stop: int) -> Tensor:
+def _features(net: Net, params: Params, x: Tensor, index: Tensor, stop: int) -> Tensor:
     """Output of layers ``0:stop`` for every sample of every client: ``(C, Nmax, ...)``."""
     step = max(1, CHUNK // max(1, index.shape[0]))
     chunks = [
@@ -121,7 +121,7 @@ def _features(net: Network, params: Params, x: Tensor, index: Tensor, stop: int)
 
 
 def train_cohort(
-    net: Network,
+    net: Net,
     params: Params,
     x: Tensor,
     y: Tensor,
@@ -247,7 +247,7 @@ def _sgd_step(
 
 
 def evaluate_cohort(
-    net: Network, params: Params, x: Tensor, y: Tensor, index: IntArray
+    net: Net, params: Params, x: Tensor, y: Tensor, index: IntArray
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Each client's number of correct predictions and summed cross-entropy on its samples.
 
