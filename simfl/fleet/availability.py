@@ -14,13 +14,15 @@ others' intervals): :meth:`Availability.exponential` (alternating Exp on and off
 started in the stationary state), :meth:`Availability.diurnal` (the on-probability follows a
 daily cycle with a per-device phase), :meth:`Availability.churn` (each device joins once and
 leaves for good), :meth:`Availability.correlated` (devices go down together with their group,
-e.g. all devices behind one edge server) and :meth:`Availability.from_intervals` (traces).
+e.g. all devices behind one edge server); a trace's intervals go to the constructor,
+``Availability(intervals)``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -52,6 +54,7 @@ def _clean(starts: Array, ends: Array) -> tuple[Array, Array]:
     return np.array(out_s), np.array(out_e)
 
 
+@dataclass(frozen=True, eq=False, init=False)
 class Availability:
     """On-intervals of every device (see the module docstring).
 
@@ -59,10 +62,16 @@ class Availability:
     ----------
     intervals
         One entry per device: a sequence of ``(start, end)`` pairs (seconds, ``end > start``,
-        ``start >= 0``; ``end`` may be ``inf``). Overlapping or touching intervals are merged.
-    """
+        ``start >= 0``; ``end`` may be ``inf``), e.g. from a trace. Overlapping or touching
+        intervals are merged.
 
-    __slots__ = ("ends", "offsets", "starts")
+    Attributes
+    ----------
+    offsets
+        Device ``d``'s intervals are ``starts[offsets[d]:offsets[d + 1]]`` (and ``ends``).
+    starts, ends
+        Every device's merged on-intervals, sorted within each device (read-only arrays).
+    """
 
     offsets: NDArray[np.int64]
     starts: Array
@@ -93,16 +102,6 @@ class Availability:
         set_(self, "ends", np.concatenate(ends) if ends else np.empty(0))
         for a in (self.offsets, self.starts, self.ends):
             a.setflags(write=False)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Availability is immutable")
-
-    def __getstate__(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return (
@@ -172,11 +171,6 @@ class Availability:
         """``n`` devices that are always online."""
         n = check_int("Availability.always n", n, low=1)
         return cls([[(0.0, math.inf)]] * n)
-
-    @classmethod
-    def from_intervals(cls, intervals: Sequence[ArrayLike]) -> Availability:
-        """From a trace: per device, a list of ``(start, end)`` on-intervals."""
-        return cls(intervals)
 
     @classmethod
     def exponential(
