@@ -1,4 +1,4 @@
-"""The figures of :mod:`simfl.report`, each drawn into a PNG file (matplotlib with Agg)."""
+"""The figures of a report (:mod:`simfl.report`), each drawn into a PNG file (matplotlib, Agg)."""
 
 from __future__ import annotations
 
