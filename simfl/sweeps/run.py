@@ -163,7 +163,48 @@ def sweep(
     disk = (
         store if isinstance(store, Store) else None if store is None else Store(store, create=True)
     )
-    where = None if disk is None else str(disk.path.resolve())
+    specs = _specs(items, None if disk is None else str(disk.path.resolve()), retry_failed)
+    memory = MemoryStore() if disk is None else None
+    out: Store = disk if disk is not None else memory  # type: ignore[assignment]
+    stored = disk.status() if disk is not None else {}
+    if disk is not None:
+        disk.remove_stale_partials()
+    todo = [
+        s
+        for s in specs
+        if s.run_id not in stored or (retry_failed and stored[s.run_id] == "failed")
+    ]
+    skipped = [s.run_id for s in specs if s.run_id in stored and s not in todo]
+    failed = [r for r in skipped if stored[r] == "failed"]
+    bar = tqdm(
+        total=len(specs), initial=len(skipped), desc="sweep", unit="run", disable=not progress
+    )
+    try:
+        ran, described = _execute(runner, todo, disk, memory, failed, bar)
+    finally:
+        bar.close()
+        if runner is not executor:
+            runner.close()
+    order = {s.run_id: i for i, s in enumerate(specs)}
+    return SweepOutcome(
+        tuple(s.run_id for s in specs),
+        tuple(sorted(ran, key=order.__getitem__)),
+        tuple(skipped),
+        tuple(sorted(failed, key=order.__getitem__)),
+        out,
+        described,
+        time.perf_counter() - started,
+    )
+
+
+def _specs(items: list[Case], where: str | None, retry_failed: bool) -> list[RunSpec]:
+    """The run of every case, in order.
+
+    Raises
+    ------
+    ValueError
+        If two cases are the same run.
+    """
     git = git_revision()
     specs: list[RunSpec] = []
     seen: dict[str, int] = {}
@@ -183,48 +224,35 @@ def sweep(
             )
         seen[spec.run_id] = i
         specs.append(spec)
-    memory = MemoryStore() if disk is None else None
-    out: Store = disk if disk is not None else memory  # type: ignore[assignment]
-    stored = disk.status() if disk is not None else {}
-    if disk is not None:
-        disk.remove_stale_partials()
-    todo = [
-        s
-        for s in specs
-        if s.run_id not in stored or (retry_failed and stored[s.run_id] == "failed")
-    ]
-    skipped = [s.run_id for s in specs if s.run_id in stored and s not in todo]
-    failed = [r for r in skipped if stored[r] == "failed"]
+    return specs
+
+
+def _execute(
+    runner: Executor,
+    todo: list[RunSpec],
+    disk: Store | None,
+    memory: MemoryStore | None,
+    failed: list[str],
+    bar: Any,
+) -> tuple[list[str], str]:
+    """Run ``todo`` on ``runner``, recording each run as it finishes.
+
+    Appends the runs that fail to ``failed``; returns the runs finished and the executor in
+    words.
+    """
+    if not todo:
+        return [], "nothing to run"
     ran: list[str] = []
-    described = "nothing to run"
-    bar = tqdm(
-        total=len(specs), initial=len(skipped), desc="sweep", unit="run", disable=not progress
-    )
-    try:
-        if todo:
-            results = runner.map_unordered(execute, todo, keys=[s.run_id for s in todo])
-            described = runner.describe()
-            for i, value in results:
-                record = _settle(todo[i], value, disk, memory)
-                ran.append(record["run_id"])
-                if record["status"] == "failed":
-                    failed.append(record["run_id"])
-                    bar.set_postfix(failed=len(failed))
-                bar.update(1)
-    finally:
-        bar.close()
-        if runner is not executor:
-            runner.close()
-    order = {s.run_id: i for i, s in enumerate(specs)}
-    return SweepOutcome(
-        tuple(s.run_id for s in specs),
-        tuple(sorted(ran, key=order.__getitem__)),
-        tuple(skipped),
-        tuple(sorted(failed, key=order.__getitem__)),
-        out,
-        described,
-        time.perf_counter() - started,
-    )
+    results = runner.map_unordered(execute, todo, keys=[s.run_id for s in todo])
+    described = runner.describe()
+    for i, value in results:
+        record = _settle(todo[i], value, disk, memory)
+        ran.append(record["run_id"])
+        if record["status"] == "failed":
+            failed.append(record["run_id"])
+            bar.set_postfix(failed=len(failed))
+        bar.update(1)
+    return ran, described
 
 
 def _settle(
