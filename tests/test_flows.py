@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.flows import FlowNetwork, max_min_rates
-from simfl.network import Network
+from simfl.flows import FlowNetwork
+from simfl.network import Network, max_min_rates
 
 
 def one_link(capacity: float, n_devices: int = 8):
