@@ -254,22 +254,9 @@ def _bind(graph: nx.Graph[Any], n: int) -> Topology:
         parent = pred[child]
         key = frozenset((parent, child))
         if key not in links:
-            attrs = graph.edges[parent, child]
-            bw = attrs.get("bandwidth")
-            d = attrs.get("down", bw if bw is not None else math.inf)
-            u = attrs.get("up", bw if bw is not None else math.inf)
-            for name, value in (("down", d), ("up", u)):
-                check_real(
-                    f"network link {parent}-{child} {name} bandwidth",
-                    value,
-                    low=0.0,
-                    low_open=True,
-                    allow_inf=True,
-                )
             links[key] = len(down)
-            down.append(float(d))
-            up.append(float(u))
-            latency.append(float(attrs.get("latency", 0.0)))
+            for column, value in zip((down, up, latency), _link(graph, parent, child), strict=True):
+                column.append(value)
         return links[key]
 
     paths: list[NDArray[np.int64]] = []
@@ -297,6 +284,23 @@ def _bind(graph: nx.Graph[Any], n: int) -> Topology:
         tuple(edge_of),
         counts > 1,
     )
+
+
+def _link(graph: nx.Graph[Any], parent: Any, child: Any) -> tuple[float, float, float]:
+    """Downlink and uplink bandwidth (bytes/s) and latency (s) of the edge ``parent-child``."""
+    attrs = graph.edges[parent, child]
+    bw = attrs.get("bandwidth")
+    d = attrs.get("down", bw if bw is not None else math.inf)
+    u = attrs.get("up", bw if bw is not None else math.inf)
+    for name, value in (("down", d), ("up", u)):
+        check_real(
+            f"network link {parent}-{child} {name} bandwidth",
+            value,
+            low=0.0,
+            low_open=True,
+            allow_inf=True,
+        )
+    return float(d), float(u), float(attrs.get("latency", 0.0))
 
 
 def _dijkstra(graph: nx.Graph[Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
