@@ -32,7 +32,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, Streams, algorithms, compare, dists, policies, sweep
+from simfl import Fleet, Scenario, Streams, algorithms, compare, dists, policies, sweep, sweeps
 from simfl.algorithms.feddar import FedDAR
 from simfl.tasks.domain_mixture import DomainMixture
 
@@ -93,13 +93,13 @@ def experiment(
     algs = methods()
     if names is not None:
         algs = {k: algs[k] for k in names}
-    cases = sweep.grid(
+    cases = sweeps.grid(
         base_scenario(n, rounds),
         algorithm=algs,
         task={m: task(m, noise_std) for m in samples},
         seed=list(seeds),
     )
-    frame = sweep.run_all(cases, workers=workers, progress=False).frame
+    frame = sweep(cases, workers=workers, progress=False).frame.drop(columns="run_id")
     return frame.rename(columns={"algorithm": "method", "task": "m"})
 
 

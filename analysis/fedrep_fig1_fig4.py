@@ -28,7 +28,19 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save, tune
 
-from simfl import Fleet, Scenario, Streams, algorithms, dists, plots, policies, run, sweep, tasks
+from simfl import (
+    Fleet,
+    Scenario,
+    Streams,
+    algorithms,
+    dists,
+    plots,
+    policies,
+    run,
+    sweep,
+    sweeps,
+    tasks,
+)
 
 M_NEW = (1, 2, 5, 10, 20)
 
@@ -74,8 +86,8 @@ def figure1(ms, seeds: int, rounds: int) -> pd.DataFrame:  # type: ignore[no-unt
         for name, alg in methods(m, rounds, 1.0).items():
             for seed in range(seeds):
                 sc = dataclasses.replace(scenario(alg, m, rounds, 1.0), seed=seed)
-                cases.append(sweep.Case(sc, {"method": name, "m": m, "seed": seed}))
-    return sweep.run_all(cases, progress=False).frame
+                cases.append(sweeps.Case(sc, {"method": name, "m": m, "seed": seed}))
+    return sweep(cases, progress=False).frame.drop(columns="run_id")
 
 
 def figure4(seeds: int, rounds: int) -> pd.DataFrame:

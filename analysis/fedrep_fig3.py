@@ -26,7 +26,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save, tune
 
-from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, tasks
+from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, sweeps, tasks
 
 STEPS = (0.05, 0.1, 0.25, 0.5, 1.0)
 HEAD_STEPS_10 = (0.02, 0.05, 0.1, 0.25)
@@ -80,12 +80,12 @@ def experiment(sizes, seeds: int, rounds: int, fixed: bool) -> tuple[pd.DataFram
             for seed in range(seeds):
                 sc = scenario(alg, n, rounds, fixed)
                 cases.append(
-                    sweep.Case(
+                    sweeps.Case(
                         sc.__class__(**{**sc.__dict__, "seed": seed}),
                         {"method": name, "n": n, "seed": seed},
                     )
                 )
-    return sweep.run_all(cases, progress=False).frame, chosen
+    return sweep(cases, progress=False).frame.drop(columns="run_id"), chosen
 
 
 def summary(frame: pd.DataFrame, rounds: int) -> pd.DataFrame:

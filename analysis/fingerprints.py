@@ -61,8 +61,8 @@ Case = tuple[Any, dict[str, Any]]  # (scenario, run keyword arguments)
 def _catalogue() -> dict[str, Callable[[], Case]]:
     """Scenario builders by name (built lazily: neural ones import torch)."""
     from simfl import Fleet, Profile, Scenario, Target, algorithms, dists, policies, tasks
-    from simfl.availability import Availability
-    from simfl.topology import Network
+    from simfl.fleet import Availability
+    from simfl.network import Network
 
     linear = tasks.LinearRepresentation(d=20, k=2, samples_per_client=10, noise_std=1e-3)
 
@@ -432,7 +432,7 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
             task=neural.ImageClassification(
                 neural.Digits(), neural.Shards(2), neural.MLP((32, 16))
             ),
-            algorithm=neural.FedRep(head_epochs=1, body_epochs=1),
+            algorithm=neural.NeuralFedRep(head_epochs=1, body_epochs=1),
             fleet=Fleet.homogeneous(20, compute=dists.Exponential(mean=1.0), dropout_rate=0.05),
             policy=policies.Deadline(2.0, fraction=0.25),
             rounds=4,

@@ -48,7 +48,7 @@ from scipy.stats import binom
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, dists, policies, sweep
+from simfl import Fleet, Scenario, dists, policies, run, sweep, sweeps
 from simfl.algorithms.lg_interpolation import LGInterpolation
 from simfl.tasks.lg_synthetic import ALPHA_GRID, LGSynthetic, alpha_metric, optimal_alpha
 
@@ -99,14 +99,14 @@ def scenario(spec: LGSynthetic, m: int, policy, rounds: int = 1, seed: int = 0) 
 def alpha_curves(settings, seeds: int, m: int = 100, workers: int = 1, **size) -> pd.DataFrame:
     """One row per (sigma, rho, seed): the metrics after one WaitAll round, and its time."""
     cases = [
-        sweep.Case(
+        sweeps.Case(
             scenario(task(s, r, **size), m, policies.WaitAll(), seed=seed),
             {"sigma": s, "rho": r, "seed": seed},
         )
         for s, r in settings
         for seed in range(seeds)
     ]
-    frame = sweep.run_all(cases, workers=workers, progress=False).frame
+    frame = sweep(cases, workers=workers, progress=False).frame.drop(columns="run_id")
     return frame[frame["round"] == 0].reset_index(drop=True)
 
 
@@ -172,7 +172,7 @@ def deadline_curve(
 ) -> pd.DataFrame:
     """One Deadline(t) round over all M devices per t: metrics and devices pooled."""
     cases = [
-        sweep.Case(
+        sweeps.Case(
             scenario(task(s, r, **size), m, policies.Deadline(t), seed=seed),
             {"sigma": s, "rho": r, "deadline": t, "seed": seed},
         )
@@ -180,7 +180,7 @@ def deadline_curve(
         for t in deadlines
         for seed in range(seeds)
     ]
-    frame = sweep.run_all(cases, workers=workers, progress=False).frame
+    frame = sweep(cases, workers=workers, progress=False).frame.drop(columns="run_id")
     return frame[frame["round"] == 0].reset_index(drop=True)
 
 
@@ -199,11 +199,9 @@ def multi_round(
     for s, r in settings:
         spec = task(s, r, **size)
         for seed in range(seeds):
-            res = sweep.run_all(
-                [scenario(spec, m, policies.WaitAll(count=count), rounds, seed)],
-                workers=1,
-                progress=False,
-            ).results[0]
+            res = run(
+                scenario(spec, m, policies.WaitAll(count=count), rounds, seed), progress=False
+            )
             df = res.rounds.copy()
             jobs = res.clients[res.clients["status"] == "arrived"]
             first = jobs.groupby("device")["round"].min()

@@ -35,11 +35,11 @@ from simfl.neural import (
     MNIST,
     SGD,
     DataSource,
-    FedAvg,
     ImageClassification,
     LGFedAvg,
     ModelSpec,
     NeuralAlgorithm,
+    NeuralFedAvg,
     Shards,
 )
 
@@ -49,7 +49,7 @@ PAPER_GLOBAL_FRACTION = 99978 / 633226
 
 def methods() -> dict[str, NeuralAlgorithm]:
     return {
-        "FedAvg": FedAvg(epochs=1, optimizer=LG_SGD),
+        "FedAvg": NeuralFedAvg(epochs=1, optimizer=LG_SGD),
         "LG-FedAvg": LGFedAvg(global_layers="paper", epochs=1, optimizer=LG_SGD),
     }
 

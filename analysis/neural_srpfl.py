@@ -46,11 +46,11 @@ from simfl.neural import (
     MLP,
     MNIST,
     DataSource,
-    FedRep,
     ImageClassification,
     LGFedAvg,
     ModelSpec,
     NeuralAlgorithm,
+    NeuralFedRep,
     Shards,
 )
 
@@ -62,7 +62,7 @@ def pairs(finetune: int = 10) -> dict[str, NeuralAlgorithm]:
     """The wrapped algorithms; ``finetune > 0``: the SRPFL code's ``test_fine_tune`` protocol."""
     start = "average" if finetune else "own"
     return {
-        "FedRep": FedRep(
+        "FedRep": NeuralFedRep(
             head_epochs=10, body_epochs=1, finetune_epochs=finetune, finetune_from=start
         ),
         "LG": LGFedAvg(

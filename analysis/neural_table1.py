@@ -41,16 +41,16 @@ from simfl.neural import (
     DataSource,
     Digits,
     FashionMNIST,
-    FedAvg,
     FedAvgFT,
     FedPer,
     FedProx,
-    FedRep,
     ImageClassification,
     LGFedAvg,
-    LocalOnly,
     ModelSpec,
     NeuralAlgorithm,
+    NeuralFedAvg,
+    NeuralFedRep,
+    NeuralLocalOnly,
     Shards,
 )
 
@@ -71,12 +71,12 @@ def methods(body_epochs: int = 1) -> list[NeuralAlgorithm]:
     """The compared algorithms, FedRep's body epochs for everyone else."""
     e = body_epochs
     return [
-        FedAvg(epochs=e),
+        NeuralFedAvg(epochs=e),
         FedAvgFT(epochs=e),
         FedProx(epochs=e),
-        LocalOnly(epochs=e),
+        NeuralLocalOnly(epochs=e),
         FedPer(epochs=e),
-        FedRep(head_epochs=10, body_epochs=e),
+        NeuralFedRep(head_epochs=10, body_epochs=e),
         LGFedAvg(global_layers="code", epochs=e),
     ]
 

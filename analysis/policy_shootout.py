@@ -29,7 +29,19 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, run, sweep, tasks
+from simfl import (
+    Fleet,
+    Scenario,
+    algorithms,
+    compare,
+    dists,
+    plots,
+    policies,
+    run,
+    sweep,
+    sweeps,
+    tasks,
+)
 
 TARGET = 1e-3
 
@@ -72,8 +84,8 @@ def main() -> None:
     args = p.parse_args()
     seeds = args.seeds or (3 if args.quick else 10)
     rounds = 150 if args.quick else 300
-    cases = sweep.grid(base(rounds), policy=POLICIES, seed=range(seeds))
-    frame = sweep.run_all(cases, progress=False).frame
+    cases = sweeps.grid(base(rounds), policy=POLICIES, seed=range(seeds))
+    frame = sweep(cases, progress=False).frame.drop(columns="run_id")
     table = compare.summarize_targets(frame, "distance", below=TARGET, by="policy")
     speed = compare.speedup(frame, "distance", below=TARGET, baseline="wait-all", by="policy")
     table = table.merge(speed[["policy", "speedup"]], on="policy")

@@ -26,8 +26,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, tasks
-from simfl.topology import Network
+from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, sweeps, tasks
+from simfl.network import Network
 
 TARGET = 1e-3
 CAPACITIES = (2e3, 5e3, 1e4, 2e4, 5e4, 1e5, math.inf)
@@ -76,8 +76,8 @@ def experiment(capacities, seeds: int, rounds: int) -> pd.DataFrame:  # type: ig
                     seed=seed,
                     name=f"{label} {cap:g}",
                 )
-                cases.append(sweep.Case(sc, {"policy": label, "capacity": cap, "seed": seed}))
-    return sweep.run_all(cases, progress=False).frame
+                cases.append(sweeps.Case(sc, {"policy": label, "capacity": cap, "seed": seed}))
+    return sweep(cases, progress=False).frame.drop(columns="run_id")
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:

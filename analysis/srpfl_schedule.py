@@ -25,7 +25,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, algorithms, compare, dists, policies, sweep, tasks
+from simfl import Fleet, Scenario, algorithms, compare, dists, policies, sweep, sweeps, tasks
 
 
 def harmonic(n: int) -> float:
@@ -53,7 +53,7 @@ def measure(n: int, n0: int, tau: int, rounds: int, seeds: int) -> tuple[pd.Data
         rounds=rounds,
         eval_every=rounds,
     )
-    cases = sweep.grid(
+    cases = sweeps.grid(
         base,
         policy={
             "srpfl": policies.SRPFL(n0=n0, rounds_per_stage=tau),
@@ -61,7 +61,7 @@ def measure(n: int, n0: int, tau: int, rounds: int, seeds: int) -> tuple[pd.Data
         },
         seed=range(seeds),
     )
-    frame = sweep.run_all(cases, progress=False).frame
+    frame = sweep(cases, progress=False).frame.drop(columns="run_id")
     at = frame[frame["round"] == rounds - 1].groupby("policy")["time"]
     expect = dict(zip(("srpfl", "fedrep-all"), expected_times(n, n0, tau, rounds), strict=True))
     rows = []

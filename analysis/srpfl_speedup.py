@@ -30,7 +30,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, save
 
-from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, tasks
+from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, sweeps, tasks
 
 ROUNDS = 120
 
@@ -45,7 +45,7 @@ def experiment(sizes: tuple[int, ...], seeds: int, rounds: int) -> pd.DataFrame:
             policy=policies.WaitAll(),
             rounds=rounds,
         )
-        grid = sweep.grid(
+        grid = sweeps.grid(
             base,
             policy={
                 "fedrep": policies.WaitAll(),
@@ -53,8 +53,8 @@ def experiment(sizes: tuple[int, ...], seeds: int, rounds: int) -> pd.DataFrame:
             },
             seed=range(seeds),
         )
-        cases += [sweep.Case(c.scenario, {**c.labels, "N": n}) for c in grid]
-    return sweep.run_all(cases, progress=False).frame
+        cases += [sweeps.Case(c.scenario, {**c.labels, "N": n}) for c in grid]
+    return sweep(cases, progress=False).frame.drop(columns="run_id")
 
 
 def speedups(frame: pd.DataFrame, rounds: int) -> pd.DataFrame:

@@ -16,8 +16,8 @@ import dataclasses
 import numpy as np
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, tasks
-from simfl.availability import Availability
-from simfl.topology import Network
+from simfl.fleet import Availability
+from simfl.network import Network
 
 N_DEVICES, N_EDGES = 200, 10
 

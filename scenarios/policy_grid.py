@@ -7,7 +7,7 @@ Every policy runs on fleets of 50, 100 and 200 devices with heterogeneous mean s
     simfl report runs/policy-grid --target "distance<1e-3"
 """
 
-from simfl import Fleet, Scenario, algorithms, dists, policies, sweep, tasks
+from simfl import Fleet, Scenario, algorithms, dists, policies, sweeps, tasks
 
 
 def fleet(n: int) -> Fleet:
@@ -38,4 +38,4 @@ POLICIES = {
     "fedbuff": policies.FedBuff(buffer_size=10, concurrency=20),
 }
 
-CASES = sweep.grid(BASE, policy=POLICIES, fleet={n: fleet(n) for n in (50, 100, 200)})
+CASES = sweeps.grid(BASE, policy=POLICIES, fleet={n: fleet(n) for n in (50, 100, 200)})

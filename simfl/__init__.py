@@ -4,6 +4,12 @@ A SimPy event loop models every device's compute time, network transfers and dro
 the right simulated moments drives the real training math of the algorithms, so every run yields
 both accuracy and simulated wall-clock time.
 
+The pieces of a :class:`Scenario` are :mod:`simfl.fleet` (devices, when they are online, traces),
+:mod:`simfl.network` (payloads, topologies, shared links), :mod:`simfl.policies`,
+:mod:`simfl.algorithms` (and :mod:`simfl.neural`) and :mod:`simfl.tasks`; :func:`run` is the
+engine. :mod:`simfl.sweeps` runs grids of scenarios into a store (:func:`sweep`), and
+:mod:`simfl.compare`, :mod:`simfl.plots` and :mod:`simfl.report` read the results.
+
 >>> import simfl
 >>> from simfl import Scenario, Fleet, dists, policies, algorithms, tasks
 >>> sc = Scenario(
@@ -17,14 +23,14 @@ both accuracy and simulated wall-clock time.
 (5, 50)
 """
 
-from simfl import algorithms, dists, policies, sweep, tasks
+from simfl import algorithms, dists, policies, sweeps, tasks
 from simfl.engine import run
 from simfl.fleet import Fleet, Profile
 from simfl.network import Payload
 from simfl.results import Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario, Target
-from simfl.store import Store
+from simfl.sweeps import Store, sweep
 
 __all__ = [
     "Fleet",
@@ -40,5 +46,6 @@ __all__ = [
     "policies",
     "run",
     "sweep",
+    "sweeps",
     "tasks",
 ]

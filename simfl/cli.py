@@ -7,12 +7,12 @@
 ``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
 ``[--scheduler tcp://host:8786] [--workers N] [--retry-failed] [--target "distance<1e-3"]``
     Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
-    ``simfl.sweep.Case`` from ``sweep.grid``, whose labels become columns) for every seed, with
-    a progress bar over runs, into a results store (default ``runs/sweep-FILE``; ``--out`` is
-    an older name of ``--store``). Runs already in the store are skipped, so re-running a killed
-    sweep resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what
-    ran, was skipped or failed, and, with ``--target``, the time-to-target across seeds (mean
-    with a bootstrap 95% CI) for each scenario. Exit status 1 if any run of the sweep failed.
+    ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed, with
+    a progress bar over runs, into a results store (default ``runs/sweep-FILE``). Runs already
+    in the store are skipped, so re-running a killed sweep resumes it; failed runs are kept and
+    skipped unless ``--retry-failed``. Prints what ran, was skipped or failed, and, with
+    ``--target``, the time-to-target across seeds (mean with a bootstrap 95% CI) for each
+    scenario. Exit status 1 if any run of the sweep failed.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
 ``[--by COLUMN] [--baseline NAME]``
     Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``).
@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from simfl.engine import run
-from simfl.executors import EXECUTORS
 from simfl.results import Results
 from simfl.scenario import Scenario
-from simfl.store import Store
-from simfl.sweep import Case
+from simfl.sweeps.executors import EXECUTORS
+from simfl.sweeps.grid import Case
+from simfl.sweeps.store import Store
 
 __all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target", "parser"]
 
@@ -80,7 +80,7 @@ def _scenarios(module: Any, file: Path) -> dict[str, Scenario]:
     if not found:
         raise ValueError(
             f"{file} must define SCENARIO (a simfl.Scenario), SCENARIOS (a dict of them) or "
-            f"CASES (a list of simfl.sweep.Case)"
+            f"CASES (a list of simfl.sweeps.Case)"
         )
     return found
 
@@ -88,7 +88,7 @@ def _scenarios(module: Any, file: Path) -> dict[str, Scenario]:
 def load_cases(path: str | Path) -> list[Case]:
     """The cases of a sweep file.
 
-    Its ``CASES`` (a list of ``simfl.sweep.Case``, e.g. from ``sweep.grid``, whose labels
+    Its ``CASES`` (a list of ``simfl.sweeps.Case``, e.g. from ``sweeps.grid``, whose labels
     become columns), or else one unlabelled case per scenario of :func:`load_scenarios`.
 
     Raises
@@ -101,10 +101,10 @@ def load_cases(path: str | Path) -> list[Case]:
     if cases is None:
         return [Case(sc, {}) for sc in _scenarios(module, Path(path)).values()]
     if not isinstance(cases, (list, tuple)) or not cases:
-        raise ValueError(f"{path}: CASES must be a non-empty list of simfl.sweep.Case")
+        raise ValueError(f"{path}: CASES must be a non-empty list of simfl.sweeps.Case")
     for i, case in enumerate(cases):
         if not isinstance(case, Case):
-            raise ValueError(f"{path}: CASES[{i}] must be a simfl.sweep.Case, got {case!r}")
+            raise ValueError(f"{path}: CASES[{i}] must be a simfl.sweeps.Case, got {case!r}")
     return list(cases)
 
 
@@ -165,7 +165,7 @@ def parse_target(text: str) -> tuple[str, str, float]:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simfl import compare
-    from simfl.sweep import sweep
+    from simfl.sweeps import sweep
 
     cases = load_cases(args.scenario)
     seeds = parse_seeds(args.seeds)
@@ -178,7 +178,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         for c in cases
         for seed in seeds
     ]
-    store = args.store or args.out or Path("runs") / f"sweep-{Path(args.scenario).stem}"
+    store = args.store or Path("runs") / f"sweep-{Path(args.scenario).stem}"
     print(
         f"{len(grid)} runs ({len(cases)} scenarios x {len(seeds)} seeds) -> {store}/",
         flush=True,
@@ -265,7 +265,6 @@ def parser() -> argparse.ArgumentParser:
     p_sweep.add_argument("scenario", help="Python file defining SCENARIO, SCENARIOS or CASES")
     p_sweep.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 1,4,7 (default 0-4)")
     p_sweep.add_argument("--store", default=None, help="results store (default runs/sweep-FILE)")
-    p_sweep.add_argument("--out", default=None, help=argparse.SUPPRESS)  # older name of --store
     p_sweep.add_argument(
         "--executor",
         default=None,

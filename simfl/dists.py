@@ -161,14 +161,14 @@ class Constant(Dist):
         return (np.asarray(x, dtype=np.float64) >= self.value).astype(np.float64)
 
 
+@dataclass(frozen=True, init=False)
 class Exponential(Dist):
     """Exponential distribution with the given ``mean`` > 0 (rate ``1/mean``).
 
-    Immutable and hashable like the dataclass distributions; written by hand only because its
-    parameter shares its name with the :attr:`mean` property.
+    A frozen dataclass like the other distributions, whose field is ``_mean`` because the
+    constructor's parameter shares its name with the :attr:`mean` property.
     """
 
-    __slots__ = ("_mean",)
     _mean: float
 
     def __init__(self, mean: float) -> None:
@@ -182,20 +182,8 @@ class Exponential(Dist):
                 f"the largest draw is {_EXP_TAIL:.4g} * mean and must be <= MAX_DRAW",
             )
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Exponential is immutable")
-
     def __repr__(self) -> str:
         return f"Exponential(mean={self._mean!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Exponential) and other._mean == self._mean
-
-    def __hash__(self) -> int:
-        return hash(("Exponential", self._mean))
-
-    def __reduce__(self) -> tuple[type[Exponential], tuple[float]]:
-        return (Exponential, (self._mean,))
 
     @property
     def rate(self) -> float:

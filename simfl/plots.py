@@ -216,36 +216,54 @@ def gantt(
     jobs = jobs[jobs["device"].isin(devices)]
     row = {d: i for i, d in enumerate(devices)}
     ax = _axes(ax, (9.0, max(2.5, 0.22 * len(devices) + 1.2)))
-    edge = {"late": "red", "cancelled": "0.45"}
     for job in jobs.itertuples():
-        y = row[job.device]
-        start = job.t_start
-        status = str(job.status)
-        for stage in ("download", "compute", "upload"):
-            width = getattr(job, stage)
-            if width > 0:
-                style: dict[str, Any]
-                if color == "stage":
-                    style = {"color": _STAGE_COLORS[stage], "edgecolor": edge.get(status, "none")}
-                else:
-                    alpha = 1.0 if stage == "compute" else 0.45
-                    style = {"color": STATUS_COLORS[status], "alpha": alpha, "edgecolor": "none"}
-                ax.barh(y, width, left=start, height=0.7, linewidth=1.2, **style)
-            start += width
-        if color == "status":  # a white edge keeps back-to-back jobs of a device apart
-            ax.barh(
-                y,
-                float(job.t_end) - float(job.t_start),  # type: ignore[arg-type]
-                left=job.t_start,
-                height=0.7,
-                fill=False,
-                edgecolor="white",
-                linewidth=1.0,
-            )
-        elif status == "dropped":
-            ax.plot(job.t_end, y, marker="x", color="black", ms=6)
+        _gantt_job(ax, job, row[job.device], color)
     for t in results.rounds.loc[results.rounds["round"].isin(list(rounds)), "time"]:
         ax.axvline(t, color="0.2", ls=":", lw=1)
+    handles, labels = _gantt_legend(plt, color)
+    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks(range(len(devices)), [str(d) for d in devices], fontsize="small")
+    ax.set(
+        xlabel="simulated time (s)",
+        ylabel="device",
+        title=f"Device jobs, rounds {min(rounds)}-{max(rounds)}",
+    )
+    ax.invert_yaxis()
+    return ax
+
+
+def _gantt_job(ax: Any, job: Any, y: int, color: str) -> None:
+    """The bars of one job (a row of ``Results.clients``) on row ``y`` of a Gantt chart."""
+    edge = {"late": "red", "cancelled": "0.45"}
+    start = job.t_start
+    status = str(job.status)
+    for stage in ("download", "compute", "upload"):
+        width = getattr(job, stage)
+        if width > 0:
+            style: dict[str, Any]
+            if color == "stage":
+                style = {"color": _STAGE_COLORS[stage], "edgecolor": edge.get(status, "none")}
+            else:
+                alpha = 1.0 if stage == "compute" else 0.45
+                style = {"color": STATUS_COLORS[status], "alpha": alpha, "edgecolor": "none"}
+            ax.barh(y, width, left=start, height=0.7, linewidth=1.2, **style)
+        start += width
+    if color == "status":  # a white edge keeps back-to-back jobs of a device apart
+        ax.barh(
+            y,
+            float(job.t_end) - float(job.t_start),
+            left=job.t_start,
+            height=0.7,
+            fill=False,
+            edgecolor="white",
+            linewidth=1.0,
+        )
+    elif status == "dropped":
+        ax.plot(job.t_end, y, marker="x", color="black", ms=6)
+
+
+def _gantt_legend(plt: Any, color: str) -> tuple[list[Any], list[str]]:
+    """The legend of a Gantt chart coloured by ``"stage"`` or ``"status"``."""
     if color == "stage":
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _STAGE_COLORS.values()]
         handles += [
@@ -260,12 +278,4 @@ def gantt(
         labels = [*STATUS_COLORS, "(lighter: transfers)"]
     handles.append(plt.Line2D([], [], color="0.2", ls=":"))
     labels.append("aggregation")
-    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_yticks(range(len(devices)), [str(d) for d in devices], fontsize="small")
-    ax.set(
-        xlabel="simulated time (s)",
-        ylabel="device",
-        title=f"Device jobs, rounds {min(rounds)}-{max(rounds)}",
-    )
-    ax.invert_yaxis()
-    return ax
+    return handles, labels

@@ -18,9 +18,9 @@ from typing import Any
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm
 from simfl.fleet import Fleet
+from simfl.network import Network
 from simfl.policies.base import Policy
 from simfl.tasks.base import Task
-from simfl.topology import Network
 
 __all__ = ["Scenario", "Target"]
 

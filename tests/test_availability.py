@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.availability import Availability, AvailabilityCursor
+from simfl.fleet import Availability, AvailabilityCursor
 from tests.helpers import linear_scenario
 
 
@@ -184,7 +184,7 @@ def test_churn_and_correlated_groups():
 
 
 def test_training_under_availability_and_a_network_is_deterministic():
-    from simfl.topology import Network
+    from simfl.network import Network
 
     av = Availability.exponential(100, mean_on=20.0, mean_off=5.0, horizon=5000.0, seed=7)
     sc = linear_scenario(

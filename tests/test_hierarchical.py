@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
+from simfl.network import Network
 from simfl.policies import EdgeAggregation
-from simfl.topology import Network
 from tests.helpers import linear_scenario
 
 

@@ -15,15 +15,15 @@ from simfl.neural import (  # noqa: E402
     MLP,
     SGD,
     Digits,
-    FedAvg,
     FedAvgFT,
     FedPer,
     FedProx,
-    FedRep,
     ImageClassification,
     LGFedAvg,
-    LocalOnly,
-    LogNormal,
+    LogNormalSizes,
+    NeuralFedAvg,
+    NeuralFedRep,
+    NeuralLocalOnly,
     Shards,
 )
 from tests.helpers import arrived, rows  # noqa: E402
@@ -35,12 +35,12 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 TASK = ImageClassification(Digits(), Shards(2), MLP((32, 16)))
 SMALL_SGD = SGD(lr=0.05, batch_size=8)
 ALGORITHMS = [
-    FedAvg(epochs=1, optimizer=SMALL_SGD),
+    NeuralFedAvg(epochs=1, optimizer=SMALL_SGD),
     FedAvgFT(epochs=1, finetune_epochs=2, optimizer=SMALL_SGD),
     FedProx(epochs=1, mu=0.5, optimizer=SMALL_SGD),
-    LocalOnly(epochs=1, optimizer=SMALL_SGD),
+    NeuralLocalOnly(epochs=1, optimizer=SMALL_SGD),
     FedPer(epochs=1, optimizer=SMALL_SGD),
-    FedRep(head_epochs=2, body_epochs=1, optimizer=SMALL_SGD),
+    NeuralFedRep(head_epochs=2, body_epochs=1, optimizer=SMALL_SGD),
     LGFedAvg(epochs=1, optimizer=SMALL_SGD),
 ]
 
@@ -68,7 +68,7 @@ def bound(algorithm, n=20, seed=0, task=TASK):
 @pytest.mark.parametrize(
     "algorithm",
     [
-        FedRep(head_epochs=2, body_epochs=2, optimizer=SMALL_SGD),
+        NeuralFedRep(head_epochs=2, body_epochs=2, optimizer=SMALL_SGD),
         FedPer(epochs=2, optimizer=SMALL_SGD),
         LGFedAvg(global_layers="code", epochs=2, optimizer=SMALL_SGD),
         FedProx(epochs=2, mu=0.5, optimizer=SGD(lr=0.05, weight_decay=0.0, batch_size=8)),
@@ -76,7 +76,7 @@ def bound(algorithm, n=20, seed=0, task=TASK):
     ids=lambda a: a.name,
 )
 def test_two_clients_match_per_client_torch_loops(algorithm):
-    task = ImageClassification(Digits(), LogNormal(1.0), MLP((32, 16)))
+    task = ImageClassification(Digits(), LogNormalSizes(1.0), MLP((32, 16)))
     data, state, streams = bound(algorithm, n=10, task=task)
     net = state.network
     pair = np.array([2, 7])
@@ -121,7 +121,7 @@ def test_two_clients_match_per_client_torch_loops(algorithm):
 
 
 def test_local_only_keeps_every_layer_and_sends_nothing():
-    alg = LocalOnly(epochs=1, optimizer=SMALL_SGD)
+    alg = NeuralLocalOnly(epochs=1, optimizer=SMALL_SGD)
     data, state, streams = bound(alg)
     assert state.shared == {} and alg.payload(state).down == alg.payload(state).up == 0
     upd = alg.local_updates(state, data, np.array([1, 4]), 0, streams)
@@ -148,7 +148,7 @@ def test_payload_is_the_bytes_of_the_exchanged_parameters():
         "LG-FedAvg": sizes["layer_hidden2"] + sizes["layer_hidden3"] + sizes["layer_out"],
         "Local": 0,
     }
-    for alg in (FedAvg(), FedRep(), FedPer(), LGFedAvg(), LocalOnly()):
+    for alg in (NeuralFedAvg(), NeuralFedRep(), FedPer(), LGFedAvg(), NeuralLocalOnly()):
         _, state, _ = bound(alg, task=task)
         payload = alg.payload(state)
         assert payload.down == payload.up == 4 * expect[alg.name], alg.name
@@ -158,7 +158,7 @@ def test_payload_is_the_bytes_of_the_exchanged_parameters():
 
 
 def test_work_is_samples_times_epochs_times_macs():
-    data, state, _ = bound(FedRep())
+    data, state, _ = bound(NeuralFedRep())
     f = {"layer_input": 64 * 32, "layer_hidden1": 32 * 16, "layer_out": 16 * 10}
     forward = sum(f.values())
     head = forward + f["layer_out"]
@@ -167,10 +167,10 @@ def test_work_is_samples_times_epochs_times_macs():
     clients = np.array([0, 5])
     n = data.client_sizes()[clients]
     cases = [
-        (FedRep(head_epochs=10, body_epochs=5), 10 * head + 5 * body),
-        (FedRep(head_epochs=3, body_epochs=2, interleave=True), 2 * (3 * head + body)),
-        (FedAvg(epochs=4), 4 * full),
-        (LocalOnly(epochs=2), 2 * full),
+        (NeuralFedRep(head_epochs=10, body_epochs=5), 10 * head + 5 * body),
+        (NeuralFedRep(head_epochs=3, body_epochs=2, interleave=True), 2 * (3 * head + body)),
+        (NeuralFedAvg(epochs=4), 4 * full),
+        (NeuralLocalOnly(epochs=2), 2 * full),
     ]
     for alg, per_sample in cases:
         np.testing.assert_allclose(alg.work(state, clients), n * per_sample / 1e9, rtol=1e-12)
@@ -180,14 +180,14 @@ def test_work_is_samples_times_epochs_times_macs():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: FedAvg(epochs=0), r"FedAvg.epochs must be an integer in \[1, inf\]"),
+        (lambda: NeuralFedAvg(epochs=0), r"NeuralFedAvg\.epochs must be an integer in \[1, inf\]"),
         (lambda: FedAvgFT(finetune_epochs=-1), r"FedAvgFT.finetune_epochs"),
         (lambda: FedProx(mu=-0.1), r"FedProx.mu must be in \[0, inf\)"),
-        (lambda: FedRep(head_epochs=-1), r"FedRep.head_epochs"),
-        (lambda: FedRep(body_epochs=0), r"FedRep.body_epochs"),
-        (lambda: FedRep(interleave=1), r"FedRep.interleave must be True or False"),
+        (lambda: NeuralFedRep(head_epochs=-1), r"NeuralFedRep\.head_epochs"),
+        (lambda: NeuralFedRep(body_epochs=0), r"NeuralFedRep\.body_epochs"),
+        (lambda: NeuralFedRep(interleave=1), r"NeuralFedRep\.interleave must be True or False"),
         (lambda: FedPer(optimizer=0.1), r"FedPer.optimizer must be a simfl.neural.SGD"),
-        (lambda: LocalOnly(epochs=0), r"LocalOnly.epochs"),
+        (lambda: NeuralLocalOnly(epochs=0), r"NeuralLocalOnly\.epochs"),
         (lambda: LGFedAvg(global_layers="top"), r"LGFedAvg.global_layers must be 'paper', 'code'"),
         (lambda: LGFedAvg(global_layers=()), r"LGFedAvg.global_layers"),
         (lambda: LGFedAvg(pretrain_rounds=-2), r"LGFedAvg.pretrain_rounds"),
@@ -201,11 +201,11 @@ def test_work_is_samples_times_epochs_times_macs():
             r"at least one local layer",
         ),
         (
-            lambda: scenario(FedRep(), task=tasks.LinearRepresentation()),
+            lambda: scenario(NeuralFedRep(), task=tasks.LinearRepresentation()),
             r"Scenario.task must be a simfl.neural.ImageClassification",
         ),
         (
-            lambda: scenario(FedAvg(), policy=policies.FedAsync(concurrency=3)),
+            lambda: scenario(NeuralFedAvg(), policy=policies.FedAsync(concurrency=3)),
             r"does not support asynchronous policies",
         ),
     ],
@@ -256,7 +256,7 @@ def test_lazy_equals_eager_with_deadline_and_dropouts(algorithm):
 
 
 def test_same_seed_same_frames_and_seed_matters():
-    sc = scenario(FedRep(head_epochs=2, body_epochs=1), rounds=3)
+    sc = scenario(NeuralFedRep(head_epochs=2, body_epochs=1), rounds=3)
     a, b = run(sc, progress=False), run(sc, progress=False)
     pd.testing.assert_frame_equal(a.rounds, b.rounds, check_exact=True)
     pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
@@ -274,7 +274,7 @@ def test_a_clients_update_does_not_depend_on_its_batch():
 
 
 def test_only_aggregated_clients_keep_local_state():
-    sc = scenario(FedRep(head_epochs=2, body_epochs=1), policies.Deadline(1.0, fraction=0.5))
+    sc = scenario(NeuralFedRep(head_epochs=2, body_epochs=1), policies.Deadline(1.0, fraction=0.5))
     res = run(sc, progress=False)
     arrived = set(res.clients.loc[res.clients["status"] == "arrived", "device"])
     others = set(res.clients["device"]) - arrived
@@ -300,7 +300,7 @@ def test_lg_pretraining_runs_fedavg_first():
     ("algorithm", "exchanged"),
     [
         (
-            FedRep(head_epochs=1, body_epochs=1, optimizer=SMALL_SGD),
+            NeuralFedRep(head_epochs=1, body_epochs=1, optimizer=SMALL_SGD),
             ("conv1", "conv2", "fc1", "fc2"),
         ),
         (LGFedAvg(epochs=1, optimizer=SMALL_SGD), ("conv1", "conv2")),  # the paper's split

@@ -27,7 +27,7 @@ from simfl.neural import (
     Dirichlet,
     FashionMNIST,
     ImageClassification,
-    LogNormal,
+    LogNormalSizes,
     Natural,
     Shards,
 )
@@ -223,11 +223,11 @@ def test_dirichlet_label_skew():
 
 def test_lognormal_sizes():
     y = np.zeros(1000, dtype=np.int64)
-    parts = LogNormal(1.5).split(y, 50, 1, np.random.default_rng(5))
+    parts = LogNormalSizes(1.5).split(y, 50, 1, np.random.default_rng(5))
     check_cover(parts, 1000)
     sizes = np.array([p.size for p in parts])
     assert sizes.min() >= 1 and sizes.max() > 5 * np.median(sizes)
-    equal = [p.size for p in LogNormal(0.0).split(y, 50, 1, np.random.default_rng(5))]
+    equal = [p.size for p in LogNormalSizes(0.0).split(y, 50, 1, np.random.default_rng(5))]
     assert set(equal) == {20}
 
 
@@ -237,7 +237,7 @@ def test_lognormal_sizes():
         (lambda: Shards(0), r"Shards.classes_per_client"),
         (lambda: Dirichlet(0.0), r"Dirichlet.alpha must be in \(0, inf\)"),
         (lambda: Dirichlet(min_size=0), r"Dirichlet.min_size"),
-        (lambda: LogNormal(-1.0), r"LogNormal.sigma"),
+        (lambda: LogNormalSizes(-1.0), r"LogNormalSizes\.sigma"),
         (lambda: Digits(limit=0), r"Digits.limit"),
         (lambda: FashionMNIST(limit=-3), r"FashionMNIST.limit"),
     ],

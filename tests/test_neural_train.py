@@ -19,7 +19,7 @@ from simfl.neural import (  # noqa: E402
     SGD,
     Digits,
     ImageClassification,
-    LogNormal,
+    LogNormalSizes,
     Phase,
 )
 from simfl.neural.train import epoch_order, evaluate_cohort, train_cohort  # noqa: E402
@@ -174,19 +174,19 @@ def cohort(task, n_clients, clients):
 
 CASES = {
     "mlp-fedrep": (
-        ImageClassification(Digits(), LogNormal(1.0), MLP((32, 16))),
+        ImageClassification(Digits(), LogNormalSizes(1.0), MLP((32, 16))),
         lambda net: (Phase(net.head, 3), Phase(net.body, 2)),
         SGD(lr=0.05, momentum=0.5, weight_decay=1e-3, batch_size=7),
         None,
     ),
     "mlp-all-prox": (
-        ImageClassification(Digits(), LogNormal(1.0), MLP((32, 16))),
+        ImageClassification(Digits(), LogNormalSizes(1.0), MLP((32, 16))),
         lambda net: (Phase(net.layer_names, 2),),
         SGD(lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=5),
         0.3,
     ),
     "cnn-interleaved": (
-        ImageClassification(MNIST(limit=1200), LogNormal(1.0), CNN((3, 4), (12, 8))),
+        ImageClassification(MNIST(limit=1200), LogNormalSizes(1.0), CNN((3, 4), (12, 8))),
         lambda net: (Phase(net.head, 1), Phase(net.body, 1)) * 2,
         SGD(lr=0.05, batch_size=10),
         None,
@@ -242,7 +242,7 @@ def test_batched_training_equals_each_client_trained_alone(case):
 
 def test_frozen_layers_do_not_move_and_loss_is_the_mean_minibatch_loss():
     data, net, params, streams, clients = cohort(
-        ImageClassification(Digits(), LogNormal(0.0), MLP((16, 8))), 10, [1, 2]
+        ImageClassification(Digits(), LogNormalSizes(0.0), MLP((16, 8))), 10, [1, 2]
     )
     sgd = SGD(lr=0.1, batch_size=1000)  # one full batch per epoch
     got, loss = train_cohort(
@@ -266,7 +266,7 @@ def test_frozen_layers_do_not_move_and_loss_is_the_mean_minibatch_loss():
 
 def test_evaluate_cohort_by_hand():
     data, net, params, _, clients = cohort(
-        ImageClassification(Digits(), LogNormal(1.0), MLP((16, 8))), 10, [0, 5, 6]
+        ImageClassification(Digits(), LogNormalSizes(1.0), MLP((16, 8))), 10, [0, 5, 6]
     )
     index = data.test_index(clients)
     hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)

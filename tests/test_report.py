@@ -7,7 +7,7 @@ import matplotlib.image
 import pytest
 
 import simfl
-from simfl import Fleet, dists, policies, sweep
+from simfl import Fleet, dists, policies, sweeps
 from simfl.cli import main
 from simfl.report import write_report
 from tests.helpers import BrokenFedRep, tiny_linear
@@ -52,7 +52,7 @@ class _Page(HTMLParser):
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("report") / "store"
     fleets = {n: Fleet.homogeneous(n, dists.Exponential(1.0), dropout_rate=0.1) for n in (8, 16)}
-    cases = sweep.grid(
+    cases = sweeps.grid(
         tiny_linear(rounds=12),
         policy={
             "deadline": policies.Deadline(1.5, count=4),
@@ -93,7 +93,7 @@ def test_report_writes_every_figure_and_an_index(store, tmp_path, capsys):
 
 
 def test_report_defaults_and_one_fleet_size(tmp_path):
-    cases = sweep.grid(
+    cases = sweeps.grid(
         tiny_linear(rounds=10),
         policy={"wait-all": policies.WaitAll(count=4), "fastest-k": policies.FastestK(k=2)},
         seed=[0, 1],

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 import simfl
-from simfl import Fleet, Scenario, Store, dists, policies, sweep
-from simfl.executors import Inline, Processes, make_executor
-from simfl.fingerprint import fingerprint
-from simfl.worker import execute, git_revision, make_spec, scenario_fingerprint
+from simfl import Fleet, Scenario, Store, dists, policies, sweeps
+from simfl.compare import collect
+from simfl.sweeps.executors import Inline, Processes, make_executor
+from simfl.sweeps.fingerprint import fingerprint
+from simfl.sweeps.worker import execute, git_revision, make_spec, scenario_fingerprint
 from tests.helpers import BrokenFedRep, Ledger, timing_scenario, tiny_linear
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def test_fingerprint_is_the_same_in_another_process():
     code = (
         "import sys\n"
         "from simfl.cli import load_cases\n"
-        "from simfl.worker import scenario_fingerprint\n"
+        "from simfl.sweeps.worker import scenario_fingerprint\n"
         "for f in sys.argv[1:]:\n"
         "    for c in load_cases(f):\n"
         "        print(scenario_fingerprint(c.scenario))\n"
@@ -115,8 +116,8 @@ def test_failed_runs_are_recorded_and_the_others_complete(tmp_path):
     assert "failed     " in retried.summary()
 
 
-def test_memory_sweep_matches_store_and_run_all(tmp_path):
-    cases = sweep.grid(
+def test_memory_sweep_matches_store_and_direct_runs(tmp_path):
+    cases = sweeps.grid(
         tiny_linear(),
         policy={"d": policies.Deadline(1.5, count=4), "f": policies.FastestK(k=3)},
         seed=[0, 1],
@@ -124,9 +125,18 @@ def test_memory_sweep_matches_store_and_run_all(tmp_path):
     memory = simfl.sweep(cases, executor="inline", progress=False)
     stored = simfl.sweep(cases, store=tmp_path / "s", executor=Inline(), progress=False)
     pd.testing.assert_frame_equal(memory.frame, stored.frame, check_exact=True)
-    old = sweep.run_all(cases, workers=1, progress=False).frame
+    direct = pd.concat(
+        [
+            collect(
+                {c.scenario.name: [simfl.run(c.scenario, progress=False)]},
+                policy=c.labels["policy"],
+            )
+            for c in cases
+        ],
+        ignore_index=True,
+    )
     pd.testing.assert_frame_equal(
-        stored.frame.drop(columns="run_id"), old, check_exact=True, check_categorical=False
+        stored.frame.drop(columns="run_id"), direct, check_exact=True, check_categorical=False
     )
     jobs = Store(tmp_path / "s").clients(stored.run_ids[1])
     assert list(jobs.columns[:5]) == ["label", "seed", "policy", "run_id", "round"]
@@ -149,9 +159,9 @@ def test_sweep_validates_its_inputs(tmp_path):
     )
     with pytest.raises(ValueError, match=r"Processes.workers"):
         Processes(workers=0)
-    with pytest.raises(ValueError, match=r"Scenario or a sweep\.Case"):
+    with pytest.raises(ValueError, match=r"Scenario or a sweeps\.Case"):
         simfl.sweep([sc, "not a scenario"], progress=False)  # type: ignore[list-item]
-    assert callable(simfl.sweep) and simfl.sweep.grid is sweep.grid
+    assert simfl.sweep is sweeps.sweep and simfl.sweeps.grid is sweeps.grid
 
 
 def test_resume_removes_partial_runs_of_dead_processes(tmp_path):
@@ -201,7 +211,7 @@ def test_git_revision(tmp_path):
 
 
 def test_record_is_json_with_labels(tmp_path):
-    cases = sweep.grid(tiny_linear(), fleet={np.int64(12): tiny_linear().fleet}, seed=[3])
+    cases = sweeps.grid(tiny_linear(), fleet={np.int64(12): tiny_linear().fleet}, seed=[3])
     out = simfl.sweep(cases, store=tmp_path / "s", executor="inline", progress=False)
     record = json.loads((tmp_path / "s" / "runs" / out.run_ids[0] / "run.json").read_text())
     assert record["labels"] == {"fleet": 12, "seed": 3} and record["seed"] == 3

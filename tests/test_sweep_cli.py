@@ -12,7 +12,7 @@ import pandas as pd
 
 from simfl import Store
 from simfl.cli import main, parser
-from simfl.store import VOLATILE
+from simfl.sweeps.store import VOLATILE
 
 GATED = textwrap.dedent(
     """
@@ -97,7 +97,7 @@ def test_a_killed_sweep_resumes_without_losing_or_duplicating_runs(tmp_path, cap
 
 GRID = textwrap.dedent(
     """
-    from simfl import Fleet, Scenario, algorithms, dists, policies, sweep, tasks
+    from simfl import Fleet, Scenario, algorithms, dists, policies, sweeps, tasks
 
     BASE = Scenario(
         name="grid",
@@ -108,8 +108,8 @@ GRID = textwrap.dedent(
         rounds=5,
     )
     FLEETS = {n: Fleet.homogeneous(n, compute=dists.Exponential(mean=1.0)) for n in (8, 12)}
-    CASES = sweep.grid(BASE, policy={"w": policies.WaitAll(count=4), "f": policies.FastestK(k=2)},
-                       fleet=FLEETS)
+    CASES = sweeps.grid(BASE, policy={"w": policies.WaitAll(count=4), "f": policies.FastestK(k=2)},
+                        fleet=FLEETS)
     """
 )
 

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 import simfl
-from simfl import Store, policies, sweep
-from simfl.store import VOLATILE
+from simfl import Store, policies, sweeps
+from simfl.sweeps.store import VOLATILE
 from tests.helpers import GatedFedRep, tiny_linear
 
 pytest.importorskip("distributed")
 
-from simfl.executors import Dask
+from simfl.sweeps.executors import Dask
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def dask():
 
 
 def _grid():
-    return sweep.grid(
+    return sweeps.grid(
         tiny_linear(rounds=8),
         policy={
             "deadline": policies.Deadline(1.5, count=4),

@@ -4,7 +4,7 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from simfl import Fleet, Store, dists, plots, policies, run, sweep
+from simfl import Fleet, Store, dists, plots, policies, run, sweep, sweeps
 from simfl.cli import main, parse_seeds, parse_target
 from tests.helpers import linear_scenario
 
@@ -13,28 +13,30 @@ matplotlib.use("Agg")
 
 def test_grid_labels_and_names():
     base = linear_scenario(rounds=5)
-    cases = sweep.grid(
+    cases = sweeps.grid(
         base, policy={"w": policies.WaitAll(count=5), "d": policies.Deadline(1.0)}, seed=range(2)
     )
     assert [c.labels for c in cases] == [{"policy": p, "seed": s} for p in "wd" for s in (0, 1)]
     assert cases[3].scenario.name == "policy=d" and cases[3].scenario.seed == 1
     with pytest.raises(ValueError, match="Scenario field"):
-        sweep.grid(base, speed=[1, 2])
+        sweeps.grid(base, speed=[1, 2])
     with pytest.raises(ValueError, match="no values"):
-        sweep.grid(base, seed=[])
+        sweeps.grid(base, seed=[])
 
 
 def test_sweep_is_the_same_on_one_or_two_workers():
-    cases = sweep.grid(
+    cases = sweeps.grid(
         linear_scenario(rounds=8, dropout_rate=0.2),
         policy=[policies.WaitAll(count=10), policies.FastestK(k=5)],
         seed=[0, 1],
     )
-    one = sweep.run_all(cases, workers=1, progress=False)
-    two = sweep.run_all(cases, workers=2, progress=False)
+    one = sweep(cases, workers=1, progress=False)
+    two = sweep(cases, workers=2, progress=False)
     pd.testing.assert_frame_equal(one.frame, two.frame, check_exact=True)
-    for a, b in zip(one.results, two.results, strict=True):
-        pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
+    for a, b in zip(one.run_ids, two.run_ids, strict=True):
+        pd.testing.assert_frame_equal(
+            one.store.results(a).clients, two.store.results(b).clients, check_exact=True
+        )
     assert set(one.frame["policy"]) == {"wait-all", "fastest-k"}
 
 
@@ -56,18 +58,18 @@ def test_scenarios_pickle():
 
 
 def test_plots_draw_labelled_axes(tmp_path):
-    cases = sweep.grid(
+    cases = sweeps.grid(
         linear_scenario(rounds=20, dropout_rate=0.3),
         policy={"wait": policies.WaitAll(count=10), "deadline": policies.Deadline(1.0, count=10)},
         seed=[0, 1],
     )
-    out = sweep.run_all(cases, workers=1, progress=False)
+    out = sweep(cases, workers=1, progress=False)
     ax = plots.metric_vs_time(out.frame, "distance", by="policy", target=1e-2)
     assert ax.get_xlabel() == "simulated time (s)" and ax.get_yscale() == "log"
     assert {t.get_text() for t in ax.get_legend().get_texts()} >= {"wait", "deadline"}
     ax = plots.metric_vs_rounds(out.frame, "distance", by="policy")
     assert ax.get_xlabel().startswith("round")
-    ax = plots.gantt(out.results[2], rounds=range(2))
+    ax = plots.gantt(out.store.results(out.run_ids[2]), rounds=range(2))
     assert ax.get_xlabel() == "simulated time (s)" and len(ax.patches) > 10
     table = pd.DataFrame(
         {"n": [10, 100], "speedup": [1.5, 3.0], "ci_low": [1.2, 2.5], "ci_high": [1.8, 3.4]}
@@ -97,7 +99,7 @@ def test_cli_sweep(tmp_path, capsys):
             "0-1",
             "--workers",
             "1",
-            "--out",
+            "--store",
             str(tmp_path / "o"),
             "--target",
             "distance<1e-2",

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 import simfl
 from simfl import Fleet, Scenario, dists, policies
 from simfl.algorithms import TimingOnly
-from simfl.availability import Availability
+from simfl.fleet import Availability
 
 #: The job statuses of ``res.clients["status"]``.
 STATUSES = {"arrived", "late", "dropped", "cancelled"}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simfl import Scenario, algorithms, policies, run
-from simfl.traces import fleet_from_fedscale, load_pickle, sample_trace, trace_intervals
+from simfl.fleet import fleet_from_fedscale, load_pickle, sample_trace, trace_intervals
 
 CAPACITY = {
     7: {"computation": 50.0, "communication": 800.0},

@@ -33,11 +33,11 @@ from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from simfl.algorithms.base import Updates
-from simfl.availability import AvailabilityCursor
 from simfl.engine.jobs import JobPlan, plan_jobs
 from simfl.engine.links import FlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.playback import Live, Planned, Playback
+from simfl.fleet import AvailabilityCursor
 from simfl.outcome import ARRIVED
 from simfl.results import Recorder
 from simfl.rng import Streams

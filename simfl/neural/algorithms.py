@@ -71,12 +71,20 @@ from typing import ClassVar
 from simfl._checks import check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
 from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
-from simfl.neural.models import Network, Params
+from simfl.neural.models import Net, Params
 from simfl.neural.task import ImageClassification
 from simfl.neural.train import DEFAULT_SGD, SGD, Phase
 from simfl.outcome import Outcome
 
-__all__ = ["FedAvg", "FedAvgFT", "FedPer", "FedProx", "FedRep", "LGFedAvg", "LocalOnly"]
+__all__ = [
+    "FedAvgFT",
+    "FedPer",
+    "FedProx",
+    "LGFedAvg",
+    "NeuralFedAvg",
+    "NeuralFedRep",
+    "NeuralLocalOnly",
+]
 
 
 def _check_common(
@@ -89,7 +97,7 @@ def _check_common(
 
 
 @dataclass(frozen=True)
-class FedAvg(NeuralAlgorithm):
+class NeuralFedAvg(NeuralAlgorithm):
     """FedAvg: the whole network is shared and trained for ``epochs`` local epochs.
 
     Parameters
@@ -113,15 +121,15 @@ class FedAvg(NeuralAlgorithm):
         check_int(f"{owner}.epochs", self.epochs, low=1)
         _check_common(owner, self.optimizer, self.finetune_epochs)
 
-    def local_layers(self, network: Network) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
         return ()
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
 @dataclass(frozen=True)
-class FedAvgFT(FedAvg):
+class FedAvgFT(NeuralFedAvg):
     """FedAvg whose evaluation fine-tunes each client's head first (default 10 epochs)."""
 
     finetune_epochs: int = 10
@@ -130,7 +138,7 @@ class FedAvgFT(FedAvg):
 
 
 @dataclass(frozen=True)
-class FedProx(FedAvg):
+class FedProx(NeuralFedAvg):
     """FedProx: FedAvg with the proximal term ``mu/2 ||w - w^t||^2`` (``mu >= 0``)."""
 
     mu: float = 0.1
@@ -146,7 +154,7 @@ class FedProx(FedAvg):
 
 
 @dataclass(frozen=True)
-class LocalOnly(NeuralAlgorithm):
+class NeuralLocalOnly(NeuralAlgorithm):
     """Local-only: each client trains its own network; nothing is sent or averaged."""
 
     epochs: int = 5
@@ -155,13 +163,13 @@ class LocalOnly(NeuralAlgorithm):
     name: ClassVar[str] = "Local"
 
     def __post_init__(self) -> None:
-        check_int("LocalOnly.epochs", self.epochs, low=1)
-        _check_common("LocalOnly", self.optimizer, 0)
+        check_int("NeuralLocalOnly.epochs", self.epochs, low=1)
+        _check_common("NeuralLocalOnly", self.optimizer, 0)
 
-    def local_layers(self, network: Network) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
         return network.layer_names
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
@@ -174,7 +182,7 @@ class FedPer(NeuralAlgorithm):
     epochs
         Local epochs per round (>= 1).
     optimizer, finetune_epochs, finetune_from
-        As for :class:`FedRep`.
+        As for :class:`NeuralFedRep`.
     """
 
     epochs: int = 5
@@ -188,15 +196,15 @@ class FedPer(NeuralAlgorithm):
         check_int("FedPer.epochs", self.epochs, low=1)
         _check_common("FedPer", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def local_layers(self, network: Network) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
         return network.head
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
 @dataclass(frozen=True)
-class FedRep(NeuralAlgorithm):
+class NeuralFedRep(NeuralAlgorithm):
     """FedRep: ``head_epochs`` on the personal head, then ``body_epochs`` on the shared body.
 
     Parameters
@@ -209,7 +217,7 @@ class FedRep(NeuralAlgorithm):
         The SRPFL code's schedule: ``body_epochs`` cycles of (``head_epochs`` head epochs, one
         body epoch).
     optimizer, finetune_epochs
-        As for :class:`FedAvg` (fine-tuning trains the local layers).
+        As for :class:`NeuralFedAvg` (fine-tuning trains the local layers).
     finetune_from
         Fine-tuning starts from the client's ``"own"`` local layers or from the last cohort's
         ``"average"`` (the SRPFL code's evaluation).
@@ -225,16 +233,18 @@ class FedRep(NeuralAlgorithm):
     name: ClassVar[str] = "FedRep"
 
     def __post_init__(self) -> None:
-        check_int("FedRep.head_epochs", self.head_epochs, low=0)
-        check_int("FedRep.body_epochs", self.body_epochs, low=1)
+        check_int("NeuralFedRep.head_epochs", self.head_epochs, low=0)
+        check_int("NeuralFedRep.body_epochs", self.body_epochs, low=1)
         if not isinstance(self.interleave, bool):
-            raise ValueError(f"FedRep.interleave must be True or False, got {self.interleave!r}")
-        _check_common("FedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
+            raise ValueError(
+                f"NeuralFedRep.interleave must be True or False, got {self.interleave!r}"
+            )
+        _check_common("NeuralFedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def local_layers(self, network: Network) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
         return network.head
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
         head = (Phase(network.head, self.head_epochs),) if self.head_epochs else ()
         if self.interleave:
             return (*head, Phase(network.body, 1)) * self.body_epochs
@@ -254,7 +264,7 @@ class LGFedAvg(NeuralAlgorithm):
     pretrain_rounds
         Rounds of FedAvg on the whole network before the LG rounds (>= 0).
     optimizer, finetune_epochs
-        As for :class:`FedAvg` (fine-tuning trains the local layers).
+        As for :class:`NeuralFedAvg` (fine-tuning trains the local layers).
     finetune_from
         Fine-tuning starts from the client's ``"own"`` local layers or from the last cohort's
         ``"average"`` (the SRPFL code's evaluation).
@@ -289,7 +299,7 @@ class LGFedAvg(NeuralAlgorithm):
         check_int("LGFedAvg.pretrain_rounds", self.pretrain_rounds, low=0)
         _check_common("LGFedAvg", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def global_names(self, network: Network) -> tuple[str, ...]:
+    def global_names(self, network: Net) -> tuple[str, ...]:
         """The global layers of ``network``."""
         if isinstance(self.global_layers, str):
             return network.lg_global[self.global_layers]
@@ -307,11 +317,11 @@ class LGFedAvg(NeuralAlgorithm):
             if set(self.global_layers) == set(names):
                 raise ValueError("LGFedAvg.global_layers must leave at least one local layer")
 
-    def local_layers(self, network: Network) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
         glob = set(self.global_names(network))
         return tuple(n for n in network.layer_names if n not in glob)
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
     def exchanged(self, state: NeuralState) -> tuple[str, ...]:

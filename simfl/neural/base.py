@@ -27,7 +27,7 @@ a value: ``aggregate`` returns a new one and never changes the old one or its te
   SRPFL code's ``test_fine_tune`` does (its server averages every key, local ones included),
   instead of from the client's own.
 * ``work`` is the GMAC (1e9 multiply-accumulates) of the local update: samples times epochs times
-  :meth:`~simfl.neural.models.Network.train_macs` of each phase, so a fleet's compute
+  :meth:`~simfl.neural.models.Net.train_macs` of each phase, so a fleet's compute
   distribution is in seconds per GMAC. ``payload`` is the bytes of the float32 shared parameters,
   each way.
 
@@ -48,7 +48,7 @@ from numpy.typing import NDArray
 
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload
-from simfl.neural.models import Network, Params
+from simfl.neural.models import Net, Params
 from simfl.neural.task import ClientImages, ImageClassification
 from simfl.neural.train import SGD, Phase, evaluate_cohort, train_cohort
 from simfl.outcome import Outcome
@@ -68,7 +68,7 @@ EVAL_CHUNK = 32
 class NeuralState:
     """Server parameters, each client's local parameters, and what ``work`` needs."""
 
-    network: Network
+    network: Net
     #: The server's parameters (no client axis).
     shared: Params
     #: The local parameters of a client that has none of its own yet.
@@ -102,11 +102,11 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     finetune_from: str = "own"
 
     # ------------------------------------------------------------------ what subclasses say
-    def local_layers(self, network: Network) -> tuple[str, ...]:
+    def local_layers(self, network: Net) -> tuple[str, ...]:
         """Layers each client keeps between rounds (the rest is shared)."""
         raise NotImplementedError
 
-    def phases(self, network: Network) -> tuple[Phase, ...]:
+    def phases(self, network: Net) -> tuple[Phase, ...]:
         """The local schedule of one round."""
         raise NotImplementedError
 

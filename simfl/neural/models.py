@@ -1,6 +1,6 @@
 """The networks of the seed papers, as stacked-parameter models a whole cohort trains at once.
 
-A :class:`Network` is a chain of layers (fully connected or 5x5-style convolutions, each
+A :class:`Net` is a chain of layers (fully connected or 5x5-style convolutions, each
 optionally followed by ReLU and a 2x2 max-pool). Its parameters are plain tensors named like
 PyTorch's (``"fc1.weight"``, ``"fc1.bias"``) and it computes the forward pass of MANY clients'
 models in one call: a parameter is either *stacked* (a leading client axis, one model per
@@ -35,8 +35,8 @@ rest is the shared body) and LG-FedAvg's *global* layers under two names:
 * ``"code"``: the FedRep and SRPFL code's LG-FedAvg, whose global layers are the last two
   (``fc2, fc3`` for the CNNs, ``layer_hidden2, layer_out`` for the FedRep MLP).
 
-Costs: :attr:`Network.macs` holds each layer's multiply-accumulates per sample of the forward
-pass; :meth:`Network.train_macs` the cost of one training pass of one sample when only some
+Costs: :attr:`Net.macs` holds each layer's multiply-accumulates per sample of the forward
+pass; :meth:`Net.train_macs` the cost of one training pass of one sample when only some
 layers learn (see there). simfl's neural work unit is 1e9 multiply-accumulates (GMAC).
 """
 
@@ -52,7 +52,7 @@ from torch import Tensor
 
 from simfl._checks import check_choice, check_int
 
-__all__ = ["CNN", "MLP", "Layer", "ModelSpec", "Network", "Params", "param_layer"]
+__all__ = ["CNN", "MLP", "Layer", "ModelSpec", "Net", "Params", "param_layer"]
 
 #: Parameters by name; stacked tensors carry a leading client axis.
 Params = dict[str, Tensor]
@@ -65,7 +65,7 @@ def param_layer(name: str) -> str:
 
 @dataclass(frozen=True)
 class Layer:
-    """One layer of a :class:`Network` with its resolved sizes.
+    """One layer of a :class:`Net` with its resolved sizes.
 
     ``kind`` is ``"linear"`` (``fan_in`` inputs, flattened first if the input is an image) or
     ``"conv"`` (``fan_in`` input channels, a ``kernel`` x ``kernel`` filter, no padding).
@@ -95,7 +95,7 @@ class Layer:
         return 1.0 / math.sqrt(self.fan_in * self.kernel * self.kernel)
 
 
-class Network:
+class Net:
     """A built network: its layers in order, its head and LG-FedAvg's global layers.
 
     Parameters
@@ -215,7 +215,7 @@ class Network:
         return x
 
     def __repr__(self) -> str:
-        return f"Network({self.name!r}, input={self.input_shape}, params={self.n_params()})"
+        return f"Net({self.name!r}, input={self.input_shape}, params={self.n_params()})"
 
 
 class ModelSpec:
@@ -224,7 +224,7 @@ class ModelSpec:
     #: Layer names, input to output (known before the data are loaded).
     layer_names: tuple[str, ...]
 
-    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Net:
         """The network for samples of ``input_shape`` and ``n_classes`` classes."""
         raise NotImplementedError
 
@@ -271,7 +271,7 @@ class MLP(ModelSpec):
         check_choice("LGFedAvg.global_layers", split, ("paper", "code"))
         return self.layer_names[2:] if split == "paper" else self.layer_names[-2:]
 
-    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:  # noqa: D102
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Net:  # noqa: D102
         widths = (math.prod(input_shape), *self.hidden, n_classes)
         layers = tuple(
             Layer(name, "linear", a, b, relu=i < len(widths) - 2, macs=a * b)
@@ -280,7 +280,7 @@ class MLP(ModelSpec):
             )
         )
         splits = {s: self.lg_global(s) for s in ("paper", "code")}
-        return Network(f"MLP{self.hidden}", input_shape, layers, splits)
+        return Net(f"MLP{self.hidden}", input_shape, layers, splits)
 
 
 @dataclass(frozen=True)
@@ -330,7 +330,7 @@ class CNN(ModelSpec):
         check_choice("LGFedAvg.global_layers", split, ("paper", "code"))
         return ("conv1", "conv2") if split == "paper" else ("fc2", "fc3")
 
-    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Network:  # noqa: D102
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> Net:  # noqa: D102
         ch, side, _ = input_shape
         k = self.kernel
         s1 = side - k + 1
@@ -351,4 +351,4 @@ class CNN(ModelSpec):
             Layer("fc3", "linear", h2, n_classes, relu=False, macs=h2 * n_classes),
         )
         splits = {s: self.lg_global(s) for s in ("paper", "code")}
-        return Network(f"CNN{self.channels}{self.hidden}", input_shape, layers, splits)
+        return Net(f"CNN{self.channels}{self.hidden}", input_shape, layers, splits)

@@ -10,7 +10,7 @@ stream of the run).
 * :class:`Dirichlet` -- label skew: each class is spread over the clients by ``Dir(alpha)``
   proportions (Hsu et al. 2019; with the NIID-Bench cap that stops a client growing past the
   mean size while classes are dealt).
-* :class:`LogNormal` -- quantity skew: i.i.d. labels, client sizes proportional to
+* :class:`LogNormalSizes` -- quantity skew: i.i.d. labels, client sizes proportional to
   ``LogNormal(0, sigma^2)`` draws.
 * :class:`Natural` -- the data set's own groups (FEMNIST writers).
 """
@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
 
-__all__ = ["Dirichlet", "LogNormal", "Natural", "Partition", "Shards", "match_test"]
+__all__ = ["Dirichlet", "LogNormalSizes", "Natural", "Partition", "Shards", "match_test"]
 
 IntArray = NDArray[np.int64]
 
@@ -159,7 +159,7 @@ class Dirichlet(Partition):
 
 
 @dataclass(frozen=True)
-class LogNormal(Partition):
+class LogNormalSizes(Partition):
     """Quantity skew: i.i.d. labels, client sizes proportional to ``LogNormal(0, sigma^2)``.
 
     The sizes are rounded to integers summing to the pool size (largest remainder), each at
@@ -169,7 +169,7 @@ class LogNormal(Partition):
     sigma: float = 1.0
 
     def __post_init__(self) -> None:
-        check_real("LogNormal.sigma", self.sigma, low=0.0)
+        check_real("LogNormalSizes.sigma", self.sigma, low=0.0)
 
     def split(  # noqa: D102
         self,
@@ -181,7 +181,9 @@ class LogNormal(Partition):
     ) -> list[IntArray]:
         n = labels.size
         if n < n_clients:
-            raise ValueError(f"LogNormal needs >= {n_clients} samples for the clients, got {n}")
+            raise ValueError(
+                f"LogNormalSizes needs >= {n_clients} samples for the clients, got {n}"
+            )
         w = np.exp(self.sigma * rng.standard_normal(n_clients))
         sizes = 1 + _largest_remainder(w, n - n_clients)
         order = rng.permutation(n)

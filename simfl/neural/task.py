@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from simfl._checks import check_int
 from simfl.neural.data import DataSource, Digits
-from simfl.neural.models import MLP, ModelSpec, Network
+from simfl.neural.models import MLP, ModelSpec, Net
 from simfl.neural.partition import Partition, Shards
 from simfl.rng import Streams
 from simfl.tasks.base import Task
@@ -80,7 +80,7 @@ class ImageClassification(Task):
         if not isinstance(self.partition, Partition):
             raise ValueError(
                 f"ImageClassification.partition must be a simfl.neural partition (Shards(2), "
-                f"Dirichlet(0.5), LogNormal(1.0), Natural()), got {self.partition!r}"
+                f"Dirichlet(0.5), LogNormalSizes(1.0), Natural()), got {self.partition!r}"
             )
         if not isinstance(self.model, ModelSpec):
             raise ValueError(
@@ -104,7 +104,7 @@ class ClientImages:
     train_parts, test_parts
         Each client's indices into the pools.
     network
-        The built :class:`~simfl.neural.models.Network`.
+        The built :class:`~simfl.neural.models.Net`.
     eval_clients
         The clients evaluated (sorted).
     """
@@ -126,7 +126,7 @@ class ClientImages:
         self.test_parts = spec.partition.split_test(
             self.train_parts, data.y_train, data.y_test, data.n_classes, rng, data.groups
         )
-        self.network: Network = spec.model.build(data.input_shape, data.n_classes)
+        self.network: Net = spec.model.build(data.input_shape, data.n_classes)
         self.x_train = torch.from_numpy(data.x_train)
         self.y_train = torch.from_numpy(data.y_train)
         self.x_test = torch.from_numpy(data.x_test)

@@ -2,7 +2,7 @@
 
 Every client of the cohort has its own copy of the parameters that learn (a leading client axis)
 and its own momentum buffers, and runs its own sequence of minibatches; one step of the cohort
-is one forward and one backward pass over all clients' minibatches (:meth:`Network.forward`),
+is one forward and one backward pass over all clients' minibatches (:meth:`Net.forward`),
 and the gradient of the SUM of the clients' mean losses splits into each client's own gradient.
 Clients with fewer samples run fewer steps: in the steps they do not take they are masked out
 (parameters and momentum untouched), so each client's result is what training it alone gives,
@@ -19,14 +19,14 @@ generator and cuts it into batches of ``batch_size`` (the last one smaller), lik
 ``DataLoader`` without ``drop_last``. Layers below the lowest learning layer are frozen for the
 whole phase, so their output is computed once per phase and reused by every epoch (FedRep's head
 epochs then cost almost nothing); the device's simulated work still counts the forward pass
-through them each epoch (:meth:`Network.train_macs`).
+through them each epoch (:meth:`Net.train_macs`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from simfl._checks import check_int, check_real
-from simfl.neural.models import Network, Params, param_layer
+from simfl.neural.models import Net, Params, param_layer
 
 __all__ = ["DEFAULT_SGD", "SGD", "Phase", "epoch_order", "evaluate_cohort", "train_cohort"]
 
@@ -110,7 +110,7 @@ def _gather(x: Tensor, index: Tensor) -> Tensor:
     return x[flat].reshape(*index.shape, *x.shape[1:])
 
 
-def _features(net: Network, params: Params, x: Tensor, index: Tensor, stop: int) -> Tensor:
+def _features(net: Net, params: Params, x: Tensor, index: Tensor, stop: int) -> Tensor:
     """Output of layers ``0:stop`` for every sample of every client: ``(C, Nmax, ...)``."""
     step = max(1, CHUNK // max(1, index.shape[0]))
     chunks = [
@@ -121,7 +121,7 @@ def _features(net: Network, params: Params, x: Tensor, index: Tensor, stop: int)
 
 
 def train_cohort(
-    net: Network,
+    net: Net,
     params: Params,
     x: Tensor,
     y: Tensor,
@@ -160,55 +160,88 @@ def train_cohort(
     """
     c = index.shape[0]
     counts = (index >= 0).sum(axis=1)
-    idx = torch.from_numpy(index)
-    rows = torch.arange(c)[:, None]
+    cohort = _Cohort(net, x, y, torch.from_numpy(index), sgd, prox, np.zeros(c), np.zeros(c))
     params = dict(params)
-    bufs: dict[str, Tensor] = {}
-    loss_sum = np.zeros(c)
-    steps_done = np.zeros(c)
     owned: set[str] = set()  # parameters copied into this call's own stacked tensors
     for phase in phases:
         names = net.params_of(phase.layers)
-        for n, p in params.items():
-            if n not in names:
-                params[n] = p.detach()  # frozen in this phase
-            elif n not in owned:
-                stacked = p.dim() == len(net.shapes[n]) + 1
-                p = p.detach().clone() if stacked else p.detach().expand(c, *p.shape).clone()
-                params[n] = p.requires_grad_(True)
-                owned.add(n)
-            else:
-                params[n] = p.requires_grad_(True)
+        _unfreeze(net, params, names, owned, c)
         first = min(net.layer_names.index(param_layer(n)) for n in names)
         with torch.no_grad():
-            feats = _features(net, params, x, idx, first) if first > 0 else None
+            feats = _features(net, params, x, cohort.idx, first) if first > 0 else None
         for _ in range(phase.epochs):
             order = _stack_orders(
                 [epoch_order(rngs[i], int(counts[i]), sgd.batch_size) for i in range(c)],
                 sgd.batch_size,
             )
             for s in range(order.shape[1]):
-                pos = torch.from_numpy(order[:, s])
-                valid = pos >= 0
-                ids = idx.gather(1, pos.clamp(min=0))
-                inp = _gather(x, ids) if feats is None else feats[rows, pos.clamp(min=0)]
-                logits = net.forward(params, inp, first, None)
-                ce = nnf.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]),
-                    y[ids.clamp(min=0)].reshape(-1),
-                    reduction="none",
-                ).reshape(ids.shape)
-                n_valid = valid.sum(dim=1)
-                loss = (ce * valid).sum(dim=1) / n_valid.clamp(min=1)
-                grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
-                active = n_valid > 0
-                _sgd_step(params, bufs, names, grads, active, sgd, prox)
-                act = active.numpy()
-                loss_sum[act] += loss.detach().numpy()[act]
-                steps_done[act] += 1
+                cohort.step(params, names, torch.from_numpy(order[:, s]), feats, first)
     out = {n: p.detach() for n, p in params.items()}
     with np.errstate(invalid="ignore"):
-        return out, loss_sum / steps_done
+        return out, cohort.loss_sum / cohort.steps_done
+
+
+def _unfreeze(net: Net, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
+    """Make the parameters ``names`` of a phase trainable and detach the others (in place).
+
+    A trainable parameter is first copied into a tensor of this call, stacked per client.
+    """
+    for n, p in params.items():
+        if n not in names:
+            params[n] = p.detach()  # frozen in this phase
+        elif n not in owned:
+            stacked = p.dim() == len(net.shapes[n]) + 1
+            p = p.detach().clone() if stacked else p.detach().expand(c, *p.shape).clone()
+            params[n] = p.requires_grad_(True)
+            owned.add(n)
+        else:
+            params[n] = p.requires_grad_(True)
+
+
+@dataclass
+class _Cohort:
+    """What one :func:`train_cohort` call trains on, its momentum buffers and its losses."""
+
+    net: Net
+    x: Tensor
+    y: Tensor
+    idx: Tensor
+    sgd: SGD
+    prox: tuple[float, Params] | None
+    loss_sum: NDArray[np.float64]
+    steps_done: NDArray[np.float64]
+    bufs: dict[str, Tensor] = field(default_factory=dict)
+
+    def step(
+        self, params: Params, names: Sequence[str], pos: Tensor, feats: Tensor | None, first: int
+    ) -> None:
+        """One minibatch of every client (``pos``: its positions, -1 for none) and its update."""
+        loss, n_valid = self.loss(params, pos, feats, first)
+        grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
+        active = n_valid > 0
+        _sgd_step(params, self.bufs, names, grads, active, self.sgd, self.prox)
+        act = active.numpy()
+        self.loss_sum[act] += loss.detach().numpy()[act]
+        self.steps_done[act] += 1
+
+    def loss(
+        self, params: Params, pos: Tensor, feats: Tensor | None, first: int
+    ) -> tuple[Tensor, Tensor]:
+        """Each client's mean cross-entropy on its minibatch, and the minibatch's size."""
+        valid = pos >= 0
+        ids = self.idx.gather(1, pos.clamp(min=0))
+        if feats is None:
+            inp = _gather(self.x, ids)
+        else:
+            inp = feats[torch.arange(ids.shape[0])[:, None], pos.clamp(min=0)]
+        logits = self.net.forward(params, inp, first, None)
+        ce = nnf.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            self.y[ids.clamp(min=0)].reshape(-1),
+            reduction="none",
+        ).reshape(ids.shape)
+        n_valid = valid.sum(dim=1)
+        return (ce * valid).sum(dim=1) / n_valid.clamp(min=1), n_valid
 
 
 def _sgd_step(
@@ -247,7 +280,7 @@ def _sgd_step(
 
 
 def evaluate_cohort(
-    net: Network, params: Params, x: Tensor, y: Tensor, index: IntArray
+    net: Net, params: Params, x: Tensor, y: Tensor, index: IntArray
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Each client's number of correct predictions and summed cross-entropy on its samples.
 

@@ -40,7 +40,7 @@ from simfl.outcome import Outcome
 from simfl.rng import Streams
 
 if TYPE_CHECKING:
-    from simfl.topology import Network
+    from simfl.network import Network
 
 __all__ = [
     "AsyncPolicy",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from simfl._checks import check_real
+from simfl.network import Network
 from simfl.policies.base import (
     EdgePolicy,
     RoundPlan,
@@ -35,7 +36,6 @@ from simfl.policies.base import (
     cohort_size,
     sample_uniform,
 )
-from simfl.topology import Network
 
 __all__ = ["EdgeAggregation"]
 

@@ -12,7 +12,7 @@ A device is described by
 ``redraw`` says how often a device's speed is drawn: once for the whole run (``"run"``), once
 per stage of a stage-based policy such as SRPFL (``"stage"``), or every round (``"round"``).
 
-A fleet may carry an :class:`~simfl.availability.Availability` (when each device is online)
+A fleet may carry an :class:`~simfl.fleet.Availability` (when each device is online)
 and an ``offline`` mode saying whether a job whose device goes offline is aborted (``"abort"``,
 recorded ``dropped``) or paused until the device is back (``"pause"``); see
 :meth:`Fleet.with_availability`.
@@ -37,8 +37,8 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import check_array, check_choice, check_int, check_real
-from simfl.availability import Availability
 from simfl.dists import MAX_DRAW, Dist
+from simfl.fleet.availability import Availability
 from simfl.rng import Streams
 
 __all__ = ["OFFLINE_MODES", "REDRAW_MODES", "Fleet", "Profile"]
@@ -116,6 +116,80 @@ def _check_scale_keeps_draws_finite(
         )
 
 
+def _check_dists(compute: Sequence[Dist]) -> tuple[Dist, ...]:
+    """The compute-time distributions of a fleet, validated."""
+    dists = tuple(compute)
+    if not dists:
+        raise ValueError("Fleet.compute must hold at least one distribution, got none")
+    for i, d in enumerate(dists):
+        if not isinstance(d, Dist):
+            raise ValueError(f"Fleet.compute[{i}] must be a simfl.dists distribution, got {d!r}")
+    return dists
+
+
+def _check_group(group: ArrayLike, n_dists: int) -> NDArray[np.int64]:
+    """Each device's index into the distributions, as a read-only int64 array."""
+    g = np.asarray(group)
+    if g.ndim != 1:
+        raise ValueError(f"Fleet.group must be a 1-d array of group indices, got shape {g.shape}")
+    if g.size == 0:
+        raise ValueError("Fleet size must be >= 1 device, got an empty fleet")
+    if g.dtype.kind not in "iu" or g.min() < 0 or g.max() >= n_dists:
+        raise ValueError(
+            f"Fleet.group entries must be integers in [0, {n_dists - 1}] (indices into "
+            f"Fleet.compute)"
+        )
+    out = g.astype(np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def _check_links(
+    n: int,
+    bandwidth_down: ArrayLike,
+    bandwidth_up: ArrayLike,
+    latency: ArrayLike,
+    dropout_rate: ArrayLike,
+) -> dict[str, NDArray[np.float64]]:
+    """The per-device link and failure columns of ``n`` devices, validated."""
+    return {
+        "bandwidth_down": check_array(
+            "Fleet.bandwidth_down", bandwidth_down, size=n, low=0.0, low_open=True, allow_inf=True
+        ),
+        "bandwidth_up": check_array(
+            "Fleet.bandwidth_up", bandwidth_up, size=n, low=0.0, low_open=True, allow_inf=True
+        ),
+        "latency": check_array("Fleet.latency", latency, size=n, low=0.0),
+        "dropout_rate": check_array("Fleet.dropout_rate", dropout_rate, size=n, low=0.0),
+    }
+
+
+def _check_group_names(group_names: Sequence[str] | None, n_dists: int) -> tuple[str, ...]:
+    """The labels of the groups (default ``"g0"``, ``"g1"``, ...), one per distribution."""
+    names = (
+        tuple(group_names) if group_names is not None else tuple(f"g{i}" for i in range(n_dists))
+    )
+    if len(names) != n_dists:
+        raise ValueError(
+            f"Fleet.group_names must have {n_dists} names (one per distribution), got {len(names)}"
+        )
+    return names
+
+
+def _check_availability(availability: Availability | None, n: int) -> Availability | None:
+    """The fleet's availability, which must cover its ``n`` devices (or ``None``)."""
+    if availability is None:
+        return None
+    if not isinstance(availability, Availability):
+        raise ValueError(f"Fleet.availability must be a simfl Availability, got {availability!r}")
+    if availability.size != n:
+        raise ValueError(
+            f"Fleet.availability must cover every device ({n}), got {availability.size}"
+        )
+    return availability
+
+
+@dataclass(frozen=True, eq=False, init=False)
 class Fleet:
     """A columnar table of devices.
 
@@ -144,21 +218,6 @@ class Fleet:
         Seed of the fleet's own randomness (scales drawn from a distribution, mixtures), so the
         same fleet can be reused under different scenario seeds.
     """
-
-    __slots__ = (
-        "availability",
-        "bandwidth_down",
-        "bandwidth_up",
-        "dists",
-        "dropout_rate",
-        "group",
-        "group_names",
-        "latency",
-        "offline",
-        "redraw",
-        "scale",
-        "seed",
-    )
 
     dists: tuple[Dist, ...]
     group: NDArray[np.int64]
@@ -189,89 +248,25 @@ class Fleet:
         availability: Availability | None = None,
         offline: str = "abort",
     ) -> None:
-        dists = tuple(compute)
-        if not dists:
-            raise ValueError("Fleet.compute must hold at least one distribution, got none")
-        for i, d in enumerate(dists):
-            if not isinstance(d, Dist):
-                raise ValueError(
-                    f"Fleet.compute[{i}] must be a simfl.dists distribution, got {d!r}"
-                )
-        g = np.asarray(group)
-        if g.ndim != 1:
-            raise ValueError(
-                f"Fleet.group must be a 1-d array of group indices, got shape {g.shape}"
-            )
+        dists = _check_dists(compute)
+        g = _check_group(group, len(dists))
         n = g.size
-        if n == 0:
-            raise ValueError("Fleet size must be >= 1 device, got an empty fleet")
-        if g.dtype.kind not in "iu" or g.min() < 0 or g.max() >= len(dists):
-            raise ValueError(
-                f"Fleet.group entries must be integers in [0, {len(dists) - 1}] (indices into "
-                f"Fleet.compute)"
-            )
-        g = g.astype(np.int64)
-        g.setflags(write=False)
         seed = check_int("Fleet.seed", seed, low=0)
-        names = (
-            tuple(group_names)
-            if group_names is not None
-            else tuple(f"g{i}" for i in range(len(dists)))
-        )
-        if len(names) != len(dists):
-            raise ValueError(
-                f"Fleet.group_names must have {len(dists)} names (one per distribution), "
-                f"got {len(names)}"
-            )
-        set_ = object.__setattr__
-        set_(self, "dists", dists)
-        set_(self, "group", g)
-        set_(self, "scale", _draw_scale(scale, n, seed, "Fleet.scale"))
-        _check_scale_keeps_draws_finite(dists, g, self.scale)
-        set_(
-            self,
-            "bandwidth_down",
-            check_array(
-                "Fleet.bandwidth_down",
-                bandwidth_down,
-                size=n,
-                low=0.0,
-                low_open=True,
-                allow_inf=True,
-            ),
-        )
-        set_(
-            self,
-            "bandwidth_up",
-            check_array(
-                "Fleet.bandwidth_up", bandwidth_up, size=n, low=0.0, low_open=True, allow_inf=True
-            ),
-        )
-        set_(self, "latency", check_array("Fleet.latency", latency, size=n, low=0.0))
-        set_(self, "dropout_rate", check_array("Fleet.dropout_rate", dropout_rate, size=n, low=0.0))
-        set_(self, "redraw", check_choice("Fleet.redraw", redraw, REDRAW_MODES))
-        set_(self, "group_names", names)
-        set_(self, "seed", seed)
-        if availability is not None:
-            if not isinstance(availability, Availability):
-                raise ValueError(
-                    f"Fleet.availability must be a simfl Availability, got {availability!r}"
-                )
-            if availability.size != n:
-                raise ValueError(
-                    f"Fleet.availability must cover every device ({n}), got {availability.size}"
-                )
-        set_(self, "availability", availability)
-        set_(self, "offline", check_choice("Fleet.offline", offline, OFFLINE_MODES))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Fleet is immutable; build a new one (e.g. with Fleet.with_redraw)")
-
-    def __getstate__(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        for name, value in state.items():
+        names = _check_group_names(group_names, len(dists))
+        scales = _draw_scale(scale, n, seed, "Fleet.scale")
+        _check_scale_keeps_draws_finite(dists, g, scales)
+        values: dict[str, object] = {
+            "dists": dists,
+            "group": g,
+            "scale": scales,
+            **_check_links(n, bandwidth_down, bandwidth_up, latency, dropout_rate),
+            "redraw": check_choice("Fleet.redraw", redraw, REDRAW_MODES),
+            "group_names": names,
+            "seed": seed,
+            "availability": _check_availability(availability, n),
+            "offline": check_choice("Fleet.offline", offline, OFFLINE_MODES),
+        }
+        for name, value in values.items():
             object.__setattr__(self, name, value)
 
     # ----------------------------------------------------------------- constructors

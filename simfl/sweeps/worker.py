@@ -26,10 +26,10 @@ import cloudpickle
 import numpy as np
 
 from simfl.engine import run, simfl_version
-from simfl.fingerprint import fingerprint
 from simfl.results import Results
 from simfl.scenario import Scenario
-from simfl.store import Store
+from simfl.sweeps.fingerprint import fingerprint
+from simfl.sweeps.store import Store
 
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
 

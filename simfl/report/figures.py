@@ -1,4 +1,4 @@
-"""The figures of :mod:`simfl.report`, each drawn into a PNG file (matplotlib with Agg)."""
+"""The figures of a report (:mod:`simfl.report`), each drawn into a PNG file (matplotlib, Agg)."""
 
 from __future__ import annotations
 
@@ -116,20 +116,7 @@ def speedup_figure(
         )
         ax.set_axis_off()
     elif len(sizes) == 1:
-        err = np.vstack([shown["speedup"] - shown["ci_low"], shown["ci_high"] - shown["speedup"]])
-        pos = np.arange(len(shown))
-        ax.bar(
-            pos,
-            shown["speedup"],
-            yerr=np.clip(np.nan_to_num(err), 0, None),
-            capsize=4,
-            color=[colours[v] for v in shown[by]],
-        )
-        ax.set_xticks(pos, [str(v) for v in shown[by]], rotation=20, ha="right")
-        ax.set_xlim(-0.8, len(shown) - 0.2)
-        ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
-        ax.set(xlabel=f"{by} (all runs: {sizes[0]} devices)")
-        ax.grid(alpha=0.3, axis="y")
+        _speedup_bars(ax, shown, by, sizes[0], colours)
     else:
         plots.speedup_vs(
             shown, "n_devices", by=by, ax=ax, xlabel="fleet size (devices)", palette=colours
@@ -140,27 +127,54 @@ def speedup_figure(
     if not shown.empty:
         ax.set_ylabel(f"speedup over {baseline} (x)")
         ax.set_ylim(bottom=0)
-        missing = speed[(speed[by] != baseline) & ~speed.index.isin(shown.index)]
-        if len(missing):
-            where: dict[str, list[int]] = {}
-            for key, n in zip(missing[by], missing["n_devices"], strict=True):
-                where.setdefault(str(key), []).append(int(n))
-            names = "; ".join(
-                k if len(sizes) == 1 else f"{k} ({', '.join(map(str, v))} devices)"
-                for k, v in where.items()
-            )
-            ax.annotate(
-                f"not drawn (a seed of it or of {baseline} never reached the target): {names}",
-                xy=(0, 0),
-                xycoords="axes fraction",
-                xytext=(0, -75 if len(sizes) == 1 else -45),
-                textcoords="offset points",
-                va="top",
-                fontsize="small",
-                color="0.3",
-            )
+        _not_drawn(
+            ax, speed[(speed[by] != baseline) & ~speed.index.isin(shown.index)], by, baseline, sizes
+        )
     ax.set_title(f"Speedup in time to {target}")
     _save(fig, path)
+
+
+def _speedup_bars(
+    ax: Any, shown: pd.DataFrame, by: str, size: int, colours: dict[str, Any]
+) -> None:
+    """One bar per series with its CI, for a store with one fleet size."""
+    err = np.vstack([shown["speedup"] - shown["ci_low"], shown["ci_high"] - shown["speedup"]])
+    pos = np.arange(len(shown))
+    ax.bar(
+        pos,
+        shown["speedup"],
+        yerr=np.clip(np.nan_to_num(err), 0, None),
+        capsize=4,
+        color=[colours[v] for v in shown[by]],
+    )
+    ax.set_xticks(pos, [str(v) for v in shown[by]], rotation=20, ha="right")
+    ax.set_xlim(-0.8, len(shown) - 0.2)
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    ax.set(xlabel=f"{by} (all runs: {size} devices)")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def _not_drawn(ax: Any, missing: pd.DataFrame, by: str, baseline: str, sizes: list[int]) -> None:
+    """A note under the axes naming the series whose speedup is infinite (if any)."""
+    if not len(missing):
+        return
+    where: dict[str, list[int]] = {}
+    for key, n in zip(missing[by], missing["n_devices"], strict=True):
+        where.setdefault(str(key), []).append(int(n))
+    names = "; ".join(
+        k if len(sizes) == 1 else f"{k} ({', '.join(map(str, v))} devices)"
+        for k, v in where.items()
+    )
+    ax.annotate(
+        f"not drawn (a seed of it or of {baseline} never reached the target): {names}",
+        xy=(0, 0),
+        xycoords="axes fraction",
+        xytext=(0, -75 if len(sizes) == 1 else -45),
+        textcoords="offset points",
+        va="top",
+        fontsize="small",
+        color="0.3",
+    )
 
 
 def _gantt_rounds(results: Results, max_devices: int) -> range:

@@ -4,7 +4,7 @@ Every executor has one method, :meth:`Executor.map_unordered`: call a function o
 yield ``(index, result)`` pairs as runs complete, in completion order. An error of the executor
 itself (a worker process that died, a Dask task lost too often) comes back as
 ``(index, exception)`` so that the sweep can record that run as failed and go on; the function
-the sweep sends (:func:`simfl.worker.execute`) never raises for a failing scenario.
+the sweep sends (:func:`simfl.sweeps.worker.execute`) never raises for a failing scenario.
 
 * :class:`Inline` runs one item after the other here (debugging, ``workers=1``).
 * :class:`Processes` uses a pool of local processes (the default). If a worker process dies

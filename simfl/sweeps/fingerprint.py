@@ -31,16 +31,43 @@ __all__ = ["canonical", "fingerprint"]
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+# Classes and functions are named as they were when fingerprints were first recorded, so that
+# moving a module or renaming a class keeps every fingerprint (and so the run ids of stores).
+_FORMER_MODULES = {
+    "simfl.fleet.availability": "simfl.availability",
+    "simfl.fleet.devices": "simfl.fleet",
+    "simfl.fleet.traces": "simfl.traces",
+    "simfl.network.flows": "simfl.flows",
+    "simfl.network.payload": "simfl.network",
+    "simfl.network.topology": "simfl.topology",
+}
+_FORMER_NAMES = {
+    "simfl.neural.algorithms.NeuralFedAvg": "simfl.neural.algorithms.FedAvg",
+    "simfl.neural.algorithms.NeuralFedRep": "simfl.neural.algorithms.FedRep",
+    "simfl.neural.algorithms.NeuralLocalOnly": "simfl.neural.algorithms.LocalOnly",
+    "simfl.neural.models.Net": "simfl.neural.models.Network",
+    "simfl.neural.partition.LogNormalSizes": "simfl.neural.partition.LogNormal",
+}
+
+
+def _qualified(module: str, qualname: str) -> str:
+    """``module.qualname`` under the names of the first fingerprints (see above)."""
+    module = _FORMER_MODULES.get(module, module)
+    owner, dot, rest = qualname.partition(".")
+    owner = _FORMER_NAMES.get(f"{module}.{owner}", f"{module}.{owner}")
+    return owner + dot + rest
+
+
 def _name(obj: Any) -> str:
     cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    return _qualified(cls.__module__, cls.__qualname__)
 
 
 def _function(fn: types.FunctionType, seen: set[int]) -> Any:
     code = fn.__code__
     cells = [c.cell_contents for c in fn.__closure__ or ()]
     return {
-        "function": f"{fn.__module__}.{fn.__qualname__}",
+        "function": _qualified(fn.__module__, fn.__qualname__),
         "code": hashlib.sha256(code.co_code).hexdigest(),
         "consts": _walk(
             tuple(c for c in code.co_consts if not isinstance(c, types.CodeType)), seen

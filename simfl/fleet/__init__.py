@@ -1,0 +1,29 @@
+"""Devices: their compute and link profiles, when they are online, and traces to build them from.
+
+* :mod:`simfl.fleet.devices`: :class:`Fleet` (one row per device) and :class:`Profile`;
+* :mod:`simfl.fleet.availability`: :class:`Availability` (per-device on/off intervals) and the
+  engine's :class:`AvailabilityCursor` over them;
+* :mod:`simfl.fleet.traces`: FedScale device traces imported into a fleet.
+"""
+
+from simfl.fleet.availability import Availability, AvailabilityCursor
+from simfl.fleet.devices import Fleet, Profile
+from simfl.fleet.traces import (
+    fleet_from_fedscale,
+    load_pickle,
+    sample_trace,
+    trace_intervals,
+    write_sample_trace,
+)
+
+__all__ = [
+    "Availability",
+    "AvailabilityCursor",
+    "Fleet",
+    "Profile",
+    "fleet_from_fedscale",
+    "load_pickle",
+    "sample_trace",
+    "trace_intervals",
+    "write_sample_trace",
+]

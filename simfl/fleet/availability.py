@@ -1,0 +1,379 @@
+"""When devices are online: per-device on/off intervals, generators, and a run-time cursor.
+
+An :class:`Availability` holds, for every device, its sorted, disjoint on-intervals
+``[start, end)`` (``end`` may be ``inf``), stored columnar (CSR: ``offsets``, ``starts``,
+``ends``). Attach one to a fleet with :meth:`simfl.Fleet.with_availability`. During a run:
+
+* only online devices can be selected (a round waits if none is online);
+* a device that goes offline in the middle of a job either *aborts* it (recorded ``dropped``)
+  or *pauses* it until it is back online, by the fleet's ``offline`` mode. A pause also stops
+  the device's failure clock (its hazard is per busy second).
+
+Generators (each keyed by its own ``seed`` and the device index, so adding devices keeps the
+others' intervals): :meth:`Availability.exponential` (alternating Exp on and off periods,
+started in the stationary state), :meth:`Availability.diurnal` (the on-probability follows a
+daily cycle with a per-device phase), :meth:`Availability.churn` (each device joins once and
+leaves for good), :meth:`Availability.correlated` (devices go down together with their group,
+e.g. all devices behind one edge server); a trace's intervals go to the constructor,
+``Availability(intervals)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from simfl._checks import check_int, check_real
+from simfl.dists import Dist
+from simfl.rng import Streams
+
+__all__ = ["Availability", "AvailabilityCursor"]
+
+Array = NDArray[np.float64]
+
+
+def _clean(starts: Array, ends: Array) -> tuple[Array, Array]:
+    """Sort, drop empty intervals and merge overlapping or touching ones."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    if starts.size <= 1:
+        return starts, ends
+    out_s, out_e = [float(starts[0])], [float(ends[0])]
+    for s, e in zip(starts[1:], ends[1:], strict=True):
+        if s <= out_e[-1]:
+            out_e[-1] = max(out_e[-1], float(e))
+        else:
+            out_s.append(float(s))
+            out_e.append(float(e))
+    return np.array(out_s), np.array(out_e)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Availability:
+    """On-intervals of every device (see the module docstring).
+
+    Parameters
+    ----------
+    intervals
+        One entry per device: a sequence of ``(start, end)`` pairs (seconds, ``end > start``,
+        ``start >= 0``; ``end`` may be ``inf``), e.g. from a trace. Overlapping or touching
+        intervals are merged.
+
+    Attributes
+    ----------
+    offsets
+        Device ``d``'s intervals are ``starts[offsets[d]:offsets[d + 1]]`` (and ``ends``).
+    starts, ends
+        Every device's merged on-intervals, sorted within each device (read-only arrays).
+    """
+
+    offsets: NDArray[np.int64]
+    starts: Array
+    ends: Array
+
+    def __init__(self, intervals: Sequence[ArrayLike]) -> None:
+        if len(intervals) == 0:
+            raise ValueError("Availability needs the intervals of at least one device, got none")
+        starts, ends, offsets = [], [], [0]
+        for i, iv in enumerate(intervals):
+            arr = (
+                np.asarray(iv, dtype=np.float64).reshape(-1, 2) if np.size(iv) else np.empty((0, 2))
+            )
+            if np.isnan(arr).any() or (arr[:, 0] < 0).any() or np.isinf(arr[:, 0]).any():
+                raise ValueError(
+                    f"Availability intervals of device {i} must have finite starts >= 0 and no "
+                    f"NaN, got {arr.tolist()[:3]}..."
+                )
+            if (arr[:, 1] < arr[:, 0]).any():
+                raise ValueError(f"Availability interval of device {i} ends before it starts")
+            s, e = _clean(arr[:, 0], arr[:, 1])
+            starts.append(s)
+            ends.append(e)
+            offsets.append(offsets[-1] + s.size)
+        set_ = object.__setattr__
+        set_(self, "offsets", np.asarray(offsets, dtype=np.int64))
+        set_(self, "starts", np.concatenate(starts) if starts else np.empty(0))
+        set_(self, "ends", np.concatenate(ends) if ends else np.empty(0))
+        for a in (self.offsets, self.starts, self.ends):
+            a.setflags(write=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"Availability({self.size} devices, {self.starts.size} on-intervals, "
+            f"{self.on_fraction(0.0, self.horizon):.3g} of [0, {self.horizon:.4g}) on)"
+        )
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return int(self.offsets.size - 1)
+
+    @property
+    def horizon(self) -> float:
+        """The last finite interval end (or start), i.e. how far the intervals were generated."""
+        finite = np.concatenate([self.starts, self.ends[np.isfinite(self.ends)]])
+        return float(finite.max()) if finite.size else 0.0
+
+    def intervals(self, device: int) -> tuple[Array, Array]:
+        """The on-intervals ``(starts, ends)`` of one device."""
+        lo, hi = self.offsets[device], self.offsets[device + 1]
+        return self.starts[lo:hi], self.ends[lo:hi]
+
+    def is_on(self, device: int, t: float) -> bool:
+        """Whether ``device`` is online at time ``t``."""
+        s, e = self.intervals(device)
+        i = int(np.searchsorted(s, t, side="right")) - 1
+        return i >= 0 and t < e[i]
+
+    def on_fraction(self, t0: float, t1: float) -> float:
+        """Mean over devices of the fraction of ``[t0, t1)`` each spends online."""
+        if t1 <= t0:
+            return math.nan
+        overlap = np.clip(np.minimum(self.ends, t1) - np.maximum(self.starts, t0), 0.0, None)
+        return float(overlap.sum() / (self.size * (t1 - t0)))
+
+    # ----------------------------------------------------------------- combinators
+    def take(self, devices: ArrayLike) -> Availability:
+        """The availability of some devices, in the given order (e.g. to match a fleet)."""
+        return Availability([np.column_stack(self.intervals(int(d))) for d in np.asarray(devices)])
+
+    def __add__(self, other: Availability) -> Availability:
+        """Concatenate the devices of two availabilities."""
+        rows = [np.column_stack(a.intervals(d)) for a in (self, other) for d in range(a.size)]
+        return Availability(rows)
+
+    def intersect(self, other: Availability) -> Availability:
+        """Devices online only when online in both (same number of devices)."""
+        if other.size != self.size:
+            raise ValueError(
+                f"Availability.intersect needs the same number of devices, got "
+                f"{self.size} and {other.size}"
+            )
+        rows = []
+        for d in range(self.size):
+            s1, e1 = self.intervals(d)
+            s2, e2 = other.intervals(d)
+            s = np.maximum.outer(s1, s2).ravel()
+            e = np.minimum.outer(e1, e2).ravel()
+            rows.append(np.column_stack([s, e])[e > s])
+        return Availability(rows)
+
+    # ----------------------------------------------------------------- generators
+    @classmethod
+    def always(cls, n: int) -> Availability:
+        """``n`` devices that are always online."""
+        n = check_int("Availability.always n", n, low=1)
+        return cls([[(0.0, math.inf)]] * n)
+
+    @classmethod
+    def exponential(
+        cls, n: int, *, mean_on: float, mean_off: float, horizon: float, seed: int = 0
+    ) -> Availability:
+        """Alternating on and off periods, Exp(``mean_on``) and Exp(``mean_off``).
+
+        Each device starts in the stationary state (online with probability
+        ``mean_on / (mean_on + mean_off)``); being memoryless, the first period is a fresh draw.
+        A device is online a fraction ``mean_on / (mean_on + mean_off)`` of the time, and a job
+        of length ``L`` started while online survives ``exp(-L / mean_on)`` of the time.
+        """
+        n = check_int("Availability.exponential n", n, low=1)
+        a = check_real("Availability.exponential mean_on", mean_on, low=0.0, low_open=True)
+        b = check_real("Availability.exponential mean_off", mean_off, low=0.0, low_open=True)
+        h = check_real("Availability.exponential horizon", horizon, low=0.0, low_open=True)
+        streams = Streams(check_int("Availability seed", seed, low=0))
+        dev = np.arange(n)
+        on = streams.uniform("avail/exp/start", dev) < a / (a + b)
+        t = np.zeros(n)
+        rows: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+        cycle = 0
+        while (t < h).any():
+            u = streams.uniform("avail/exp/period", dev, cycle)
+            length = -np.where(on, a, b) * np.log(u)
+            for d in np.flatnonzero(on & (t < h)):
+                rows[d].append((t[d], t[d] + length[d]))
+            t = t + length
+            on = ~on
+            cycle += 1
+        return cls(rows)
+
+    @classmethod
+    def diurnal(
+        cls,
+        n: int,
+        *,
+        mean_on: float,
+        low: float,
+        high: float,
+        horizon: float,
+        period: float = 86_400.0,
+        seed: int = 0,
+    ) -> Availability:
+        """On-probability following a daily cycle, with a per-device phase.
+
+        Device ``i`` is online with (approximately, when ``mean_on`` is short next to the
+        period) probability ``p_i(t) = low + (high - low) * (1 + cos(2 pi (t - phi_i) / P)) / 2``,
+        its phase ``phi_i`` uniform over the period ``P``. On periods are Exp(``mean_on``);
+        off periods end at rate ``p(t) / (1 - p(t)) / mean_on`` (drawn by thinning), so that
+        the on-probability tracks ``p(t)``.
+        """
+        n = check_int("Availability.diurnal n", n, low=1)
+        a = check_real("Availability.diurnal mean_on", mean_on, low=0.0, low_open=True)
+        lo = check_real(
+            "Availability.diurnal low", low, low=0.0, high=1.0, low_open=True, high_open=True
+        )
+        hi = check_real(
+            f"Availability.diurnal high (>= low = {lo:g})", high, low=lo, high=1.0, high_open=True
+        )
+        h = check_real("Availability.diurnal horizon", horizon, low=0.0, low_open=True)
+        per = check_real("Availability.diurnal period", period, low=0.0, low_open=True)
+        streams = Streams(check_int("Availability seed", seed, low=0))
+        dev = np.arange(n)
+        phase = per * streams.uniform("avail/diurnal/phase", dev)
+
+        def prob(t: Array) -> Array:
+            return lo + (hi - lo) * (1.0 + np.cos(2.0 * np.pi * (t - phase) / per)) / 2.0
+
+        rate_max = hi / (1.0 - hi) / a
+        on = streams.uniform("avail/diurnal/start", dev) < prob(np.zeros(n))
+        t = np.zeros(n)
+        rows: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+        step = 0
+        while (t < h).any():
+            active = t < h
+            u = streams.uniform("avail/diurnal/period", dev, step)
+            # online: an Exp(mean_on) period; offline: a thinning candidate for coming back
+            cand = np.where(on, -a * np.log(u), -np.log(u) / rate_max)
+            accept_u = streams.uniform("avail/diurnal/accept", dev, step)
+            p = prob(t + cand)
+            accept = accept_u < (p / (1.0 - p)) / a / rate_max
+            for d in np.flatnonzero(on & active):
+                rows[d].append((t[d], t[d] + cand[d]))
+            t = t + cand
+            on = np.where(on, False, accept)  # an on period always ends; off ends if accepted
+            step += 1
+        return cls(rows)
+
+    @classmethod
+    def churn(
+        cls, n: int, *, lifetime: Dist, join_window: float = 0.0, seed: int = 0
+    ) -> Availability:
+        """Each device joins once and leaves for good.
+
+        It joins at a uniform time in ``[0, join_window]`` and leaves after a ``lifetime`` drawn
+        from the given distribution.
+        """
+        n = check_int("Availability.churn n", n, low=1)
+        if not isinstance(lifetime, Dist):
+            raise ValueError(
+                f"Availability.churn lifetime must be a distribution, got {lifetime!r}"
+            )
+        w = check_real("Availability.churn join_window", join_window, low=0.0)
+        streams = Streams(check_int("Availability seed", seed, low=0))
+        dev = np.arange(n)
+        join = w * streams.uniform("avail/churn/join", dev)
+        life = lifetime.ppf(streams.uniform("avail/churn/life", dev))
+        return cls([[(join[d], join[d] + life[d])] for d in range(n)])
+
+    @classmethod
+    def correlated(
+        cls,
+        groups: ArrayLike,
+        group_availability: Availability,
+        base: Availability | None = None,
+    ) -> Availability:
+        """Devices that go down with their group (e.g. all devices behind one edge server).
+
+        Device ``i`` is online when group ``groups[i]`` is online in ``group_availability``
+        (one row per group) and, if given, when it is online in ``base`` itself.
+        """
+        g = np.asarray(groups)
+        if (
+            g.ndim != 1
+            or g.dtype.kind not in "iu"
+            or g.min() < 0
+            or g.max() >= group_availability.size
+        ):
+            raise ValueError(
+                f"Availability.correlated groups must be indices in [0, "
+                f"{group_availability.size - 1}], one per device"
+            )
+        shared = group_availability.take(g)
+        return shared if base is None else base.intersect(shared)
+
+
+class AvailabilityCursor:
+    """Fast availability queries at a clock that only moves forward (one per run)."""
+
+    __slots__ = ("av", "ptr")
+
+    def __init__(self, av: Availability) -> None:
+        self.av = av
+        self.ptr = av.offsets[:-1].copy()  # first interval of each device not yet ended
+
+    def _advance(self, devices: NDArray[np.int64] | slice, t: float) -> NDArray[np.int64]:
+        av, ptr = self.av, self.ptr
+        p = ptr[devices]
+        if av.ends.size == 0:
+            return np.asarray(p, dtype=np.int64)
+        hi = av.offsets[1:][devices]
+        while True:
+            move = (p < hi) & (av.ends[np.minimum(p, av.ends.size - 1)] <= t)
+            if not move.any():
+                break
+            p = p + move
+        ptr[devices] = p
+        return np.asarray(p, dtype=np.int64)
+
+    def online(self, t: float) -> NDArray[np.bool_]:
+        """Which devices are online at ``t``."""
+        av = self.av
+        if av.starts.size == 0:
+            return np.zeros(av.size, dtype=bool)
+        p = self._advance(slice(None), t)
+        valid = p < av.offsets[1:]
+        q = np.minimum(p, av.starts.size - 1)
+        return np.asarray(valid & (av.starts[q] <= t), dtype=bool)
+
+    def window(self, device: int, t: float) -> tuple[bool, float, float]:
+        """``(online, next_off, next_on)`` of one device at time ``t``.
+
+        Online: ``next_off`` is when the current interval ends. Offline: ``next_on`` is when the
+        next interval starts (``inf`` if never).
+        """
+        av = self.av
+        p = int(self._advance(np.array([device]), t)[0])
+        if p >= av.offsets[device + 1]:
+            return False, t, math.inf
+        start, end = float(av.starts[p]), float(av.ends[p])
+        if start <= t:
+            return True, end, t
+        return False, t, start
+
+    def _next_starts(self, t: float) -> NDArray[np.float64] | None:
+        """The start of each device's first interval not ended by ``t`` (None: none is left)."""
+        av = self.av
+        p = self._advance(slice(None), t)
+        valid = p < av.offsets[1:]
+        if not valid.any():
+            return None
+        return np.asarray(av.starts[np.minimum(p, av.starts.size - 1)][valid])
+
+    def next_arrival(self, t: float) -> float:
+        """The earliest time after ``t`` at which a device that is offline at ``t`` comes on."""
+        starts = self._next_starts(t)
+        if starts is None:
+            return math.inf
+        later = starts[starts > t]
+        return float(later.min()) if later.size else math.inf
+
+    def next_online(self, t: float) -> float:
+        """The earliest time at or after ``t`` at which some device is online."""
+        starts = self._next_starts(t)
+        return math.inf if starts is None else float(max(t, starts.min()))

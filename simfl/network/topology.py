@@ -1,0 +1,326 @@
+"""Network topologies: who is connected to whom, through which links, at what capacity.
+
+A :class:`Network` is the scenario-level description (``Scenario(network=...)``); at run time it
+is bound to the fleet (:meth:`Network.build`) into a :class:`Topology`: numbered links with a
+latency and a capacity per direction, and every device's path to the server. Transfers follow
+their path; those sharing a link share its capacity (see :mod:`simfl.engine.links`).
+
+Constructors:
+
+* :meth:`Network.star`: every device has its own access link (the fleet's ``bandwidth_down``,
+  ``bandwidth_up`` and ``latency`` columns) to the server, and the server has one ingress and
+  one egress link shared by all transfers (``server_up``/``server_down`` bytes/s, ``inf``: not a
+  bottleneck). This is where a whole cohort uploading at once contends.
+* :meth:`Network.hierarchical`: devices to edge servers (``groups[i]`` is device ``i``'s edge)
+  to the cloud; each edge has a shared uplink and downlink to the cloud.
+* :meth:`Network.from_graph`: any networkx graph whose nodes are the devices ``0..n-1``, the
+  node ``"server"`` and any others; edges carry ``latency`` (s) and ``bandwidth`` (bytes/s, both
+  directions) or ``up``/``down`` (toward / away from the server). Device edges without a
+  bandwidth take the fleet's columns. A transfer follows the lowest-latency path (fewest hops
+  among ties), and its time is set by the links of that path.
+
+The server-side direction of every link is the direction toward the server along the path tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from simfl._checks import check_real
+
+__all__ = ["SERVER", "Network", "Topology"]
+
+#: Name of the server (cloud) node in every topology.
+SERVER = "server"
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A network bound to a fleet: links, their capacities, and each device's path.
+
+    ``down[l]``/``up[l]`` are link ``l``'s capacities away from / toward the server (bytes/s),
+    ``latency[l]`` its one-way latency. ``paths[i]`` lists the links from the server to device
+    ``i``; ``path_latency[i]`` sums their latencies. ``edge_of[i]`` is device ``i``'s edge node
+    (its parent on the path; ``SERVER`` in a star).
+    """
+
+    down: Array
+    up: Array
+    latency: Array
+    paths: tuple[NDArray[np.int64], ...]
+    path_latency: Array
+    edge_of: tuple[Any, ...]
+    shared: NDArray[np.bool_]  # links on more than one device's path
+
+    @property
+    def n_links(self) -> int:
+        """Number of links."""
+        return int(self.down.size)
+
+    def device_links(self) -> tuple[Array, Array, Array]:
+        """Per device: path latency, and the smallest down and up capacity on its path.
+
+        What a device's transfers would take with the network to themselves (used to plan and
+        to rank devices by speed; shared links can make them slower).
+        """
+        down = np.array([self.down[p].min() for p in self.paths])
+        up = np.array([self.up[p].min() for p in self.paths])
+        return self.path_latency, down, up
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """How devices reach the server (see the module docstring)."""
+
+    kind: str
+    server_up: float = math.inf
+    server_down: float = math.inf
+    server_latency: float = 0.0
+    groups: NDArray[np.int64] | None = None
+    edge_up: float = math.inf
+    edge_down: float = math.inf
+    edge_latency: float = 0.0
+    graph: Any = None
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def star(
+        cls,
+        *,
+        server_up: float = math.inf,
+        server_down: float = math.inf,
+        server_latency: float = 0.0,
+    ) -> Network:
+        """Private device links to a server whose ingress/egress links all transfers share."""
+        return cls(
+            "star",
+            server_up=check_real(
+                "Network.server_up", server_up, low=0.0, low_open=True, allow_inf=True
+            ),
+            server_down=check_real(
+                "Network.server_down", server_down, low=0.0, low_open=True, allow_inf=True
+            ),
+            server_latency=check_real("Network.server_latency", server_latency, low=0.0),
+        )
+
+    @classmethod
+    def hierarchical(
+        cls,
+        groups: ArrayLike,
+        *,
+        edge_up: float = math.inf,
+        edge_down: float = math.inf,
+        edge_latency: float = 0.0,
+        server_up: float = math.inf,
+        server_down: float = math.inf,
+        server_latency: float = 0.0,
+    ) -> Network:
+        """Devices -> edge servers (``groups[i]`` is device ``i``'s edge) -> cloud.
+
+        ``edge_*`` are each edge's link to the cloud (shared by its devices' transfers),
+        ``server_*`` the cloud's own ingress/egress link (shared by all).
+        """
+        g = np.asarray(groups)
+        if g.ndim != 1 or g.size == 0 or g.dtype.kind not in "iu" or g.min() < 0:
+            raise ValueError(
+                "Network.hierarchical groups must be one non-negative integer edge index per device"
+            )
+        g = g.astype(np.int64)
+        g.setflags(write=False)
+        cloud = cls.star(
+            server_up=server_up, server_down=server_down, server_latency=server_latency
+        )
+        return dataclasses.replace(
+            cloud,
+            kind="hierarchical",
+            groups=g,
+            edge_up=check_real("Network.edge_up", edge_up, low=0.0, low_open=True, allow_inf=True),
+            edge_down=check_real(
+                "Network.edge_down", edge_down, low=0.0, low_open=True, allow_inf=True
+            ),
+            edge_latency=check_real("Network.edge_latency", edge_latency, low=0.0),
+        )
+
+    @classmethod
+    def from_graph(cls, graph: nx.Graph[Any]) -> Network:
+        """Any networkx graph with a ``"server"`` node and the devices ``0..n-1`` as nodes."""
+        if not isinstance(graph, nx.Graph):
+            raise ValueError(f"Network.from_graph needs a networkx Graph, got {graph!r}")
+        if SERVER not in graph:
+            raise ValueError(f"Network.from_graph: the graph needs a {SERVER!r} node")
+        return cls("graph", graph=graph.copy())
+
+    def __repr__(self) -> str:
+        if self.kind == "star":
+            return (
+                f"Network.star(server_up={self.server_up:g}, "
+                f"server_down={self.server_down:g}, server_latency={self.server_latency:g})"
+            )
+        if self.kind == "hierarchical":
+            assert self.groups is not None
+            return (
+                f"Network.hierarchical({int(self.groups.max()) + 1} edges, "
+                f"edge_up={self.edge_up:g}, server_up={self.server_up:g})"
+            )
+        return f"Network.from_graph({self.graph.number_of_nodes()} nodes)"
+
+    # ----------------------------------------------------------------- binding
+    def check(self, n_devices: int) -> None:
+        """Raise ``ValueError`` naming the field if the network does not fit ``n_devices``."""
+        if self.groups is not None and self.groups.size != n_devices:
+            raise ValueError(
+                f"Network.hierarchical groups must have one entry per device "
+                f"({n_devices}), got {self.groups.size}"
+            )
+        if self.kind == "graph":
+            missing = [i for i in range(n_devices) if i not in self.graph]
+            if missing:
+                raise ValueError(f"Network.from_graph: devices {missing[:5]} are not nodes")
+            unreachable = [i for i in range(n_devices) if not nx.has_path(self.graph, SERVER, i)]
+            if unreachable:
+                raise ValueError(
+                    f"Network.from_graph: devices {unreachable[:5]} cannot reach the server"
+                )
+
+    def build(self, down: Array, up: Array, latency: Array) -> Topology:
+        """Bind to a fleet's access-link columns (bytes/s and seconds, one entry per device)."""
+        n = down.size
+        self.check(n)
+        graph: nx.Graph[Any] = nx.Graph()
+        if self.kind == "graph":
+            graph = self.graph.copy()
+            for i in range(n):
+                for nbr in graph.neighbors(i):
+                    attrs = graph.edges[i, nbr]
+                    attrs.setdefault("latency", float(latency[i]))
+                    if "bandwidth" not in attrs and "up" not in attrs:
+                        attrs["down"], attrs["up"] = float(down[i]), float(up[i])
+        else:
+            if self.kind == "star":
+                parents: list[Any] = ["hub"] * n
+                graph.add_edge(
+                    SERVER,
+                    "hub",
+                    down=self.server_down,
+                    up=self.server_up,
+                    latency=self.server_latency,
+                )
+            else:
+                assert self.groups is not None
+                parents = [("edge", int(g)) for g in self.groups]
+                graph.add_edge(
+                    SERVER,
+                    "cloud-link",
+                    down=self.server_down,
+                    up=self.server_up,
+                    latency=self.server_latency,
+                )
+                for e in sorted(set(parents)):
+                    graph.add_edge(
+                        "cloud-link",
+                        e,
+                        down=self.edge_down,
+                        up=self.edge_up,
+                        latency=self.edge_latency,
+                    )
+            for i in range(n):
+                graph.add_edge(
+                    parents[i], i, down=float(down[i]), up=float(up[i]), latency=float(latency[i])
+                )
+        return _bind(graph, n)
+
+
+def _bind(graph: nx.Graph[Any], n: int) -> Topology:
+    for u, v, attrs in graph.edges(data=True):
+        lat = check_real(f"network link {u}-{v} latency", attrs.get("latency", 0.0), low=0.0)
+        attrs["weight"] = (lat, 1)
+    # lowest latency first, then fewest hops
+    pred = _dijkstra(graph)[1]
+    links: dict[frozenset[Any], int] = {}
+    down: list[float] = []
+    up: list[float] = []
+    latency: list[float] = []
+
+    def link(child: Any) -> int:
+        parent = pred[child]
+        key = frozenset((parent, child))
+        if key not in links:
+            links[key] = len(down)
+            for column, value in zip((down, up, latency), _link(graph, parent, child), strict=True):
+                column.append(value)
+        return links[key]
+
+    paths: list[NDArray[np.int64]] = []
+    path_latency: list[float] = []
+    edge_of: list[Any] = []
+    for i in range(n):
+        node: Any = i
+        chain: list[int] = []
+        while node != SERVER:
+            chain.append(link(node))
+            node = pred[node]
+        chain.reverse()  # server -> device
+        paths.append(np.asarray(chain, dtype=np.int64))
+        path_latency.append(float(sum(latency[c] for c in chain)))
+        edge_of.append(pred[i])
+    counts = np.zeros(len(down), dtype=np.int64)
+    for p in paths:
+        counts[p] += 1
+    return Topology(
+        np.asarray(down),
+        np.asarray(up),
+        np.asarray(latency),
+        tuple(paths),
+        np.asarray(path_latency),
+        tuple(edge_of),
+        counts > 1,
+    )
+
+
+def _link(graph: nx.Graph[Any], parent: Any, child: Any) -> tuple[float, float, float]:
+    """Downlink and uplink bandwidth (bytes/s) and latency (s) of the edge ``parent-child``."""
+    attrs = graph.edges[parent, child]
+    bw = attrs.get("bandwidth")
+    d = attrs.get("down", bw if bw is not None else math.inf)
+    u = attrs.get("up", bw if bw is not None else math.inf)
+    for name, value in (("down", d), ("up", u)):
+        check_real(
+            f"network link {parent}-{child} {name} bandwidth",
+            value,
+            low=0.0,
+            low_open=True,
+            allow_inf=True,
+        )
+    return float(d), float(u), float(attrs.get("latency", 0.0))
+
+
+def _dijkstra(graph: nx.Graph[Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """Shortest paths from the server by (latency, hops), deterministic among ties."""
+    import heapq
+
+    dist: dict[Any, tuple[float, int]] = {SERVER: (0.0, 0)}
+    pred: dict[Any, Any] = {}
+    heap: list[tuple[float, int, str, Any]] = [(0.0, 0, repr(SERVER), SERVER)]
+    done: set[Any] = set()
+    while heap:
+        lat, hops, _, node = heapq.heappop(heap)
+        if node in done:
+            continue
+        done.add(node)
+        for nbr in sorted(graph.neighbors(node), key=repr):
+            w = graph.edges[node, nbr]["weight"]
+            cand = (lat + w[0], hops + w[1])
+            if nbr not in dist or cand < dist[nbr]:
+                dist[nbr] = cand
+                pred[nbr] = node
+                heapq.heappush(heap, (cand[0], cand[1], repr(nbr), nbr))
+    return dist, pred

@@ -1,0 +1,24 @@
+"""``simfl report STORE``: PNG figures of a results store and an ``index.html`` that shows them.
+
+>>> # from simfl.report import write_report
+>>> # write_report("runs/sweep", "runs/sweep/report", target=("distance", "below", 1e-3))
+
+The report compares *series* (the policies, or whatever the sweep's grid varied) at every fleet
+size, over the seeds of each:
+
+* ``metric_vs_rounds.png`` and ``metric_vs_time.png``: the metric per series, mean over seeds
+  with a 95% bootstrap band, one panel per fleet size;
+* ``speedup.png``: time-to-target of the baseline series divided by that of each series, against
+  the fleet size (a paired bootstrap 95% CI over seeds);
+* a time-to-target table (mean, bootstrap 95% CI, median, rounds; also ``time_to_target.csv``);
+* ``gantt.png``: the device jobs of one run, coloured by status;
+* ``utilisation.png``: the fraction of simulated time each device spent in a job;
+* ``staleness.png``: the staleness of the applied updates (0 for synchronous policies).
+
+:mod:`simfl.report.choose` picks the series, the metric and its target (defaults described
+there), :mod:`simfl.report.figures` draws, :mod:`simfl.report.html` writes the page.
+"""
+
+from simfl.report.html import write_report
+
+__all__ = ["write_report"]

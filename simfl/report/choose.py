@@ -1,0 +1,227 @@
+"""What a report shows: its runs, series, metric, target, Gantt run, and the tables of them.
+
+:func:`choose` picks the finished runs, the compared series, the metric and its target, and the
+run of the Gantt chart; :func:`target_table` and :func:`speedups` compute the tables.
+
+The series column is a grid label other than the fleet size (``policy`` for
+``sweeps.grid(base, policy=..., fleet=...)``), or else the scenario name (a column
+``scenario``); ``by=`` chooses another. The target defaults to twice (``goal="min"``) or 98% of
+(``"max"``) the median over runs of each run's best value, rounded to two digits, so that
+typical runs reach it; ``target=`` sets it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from simfl import compare
+from simfl.sweeps.store import Store
+
+__all__ = ["Choice", "Target", "choose", "speedups", "target_table"]
+
+Target = tuple[str, str, float]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a report of a store shows (see :func:`choose`).
+
+    Attributes
+    ----------
+    runs, done
+        Every run of the store, and the finished ones (:meth:`simfl.Store.runs`).
+    records
+        The stored record of every run, by run id.
+    frame
+        Rounds of the finished runs with ``n_devices``, ``policy_name`` and the series column.
+    jobs
+        Device jobs of the finished runs with the series column.
+    by, series, baseline
+        The series column, its values in order, and the one speedups are relative to.
+    metric, side, value, target_note
+        The target ``metric`` ``side`` (``"below"`` or ``"above"``) ``value``, and how it was
+        chosen, in words.
+    run_id
+        The run whose jobs the Gantt chart shows.
+    """
+
+    runs: pd.DataFrame
+    done: pd.DataFrame
+    records: dict[str, dict[str, Any]]
+    frame: pd.DataFrame
+    jobs: pd.DataFrame
+    by: str
+    series: list[str]
+    baseline: str
+    metric: str
+    side: str
+    value: float
+    target_note: str
+    run_id: str
+
+    @property
+    def target_text(self) -> str:
+        """The target as people read it, e.g. ``distance ≤ 0.001``."""
+        return f"{self.metric} {'≤' if self.side == 'below' else '≥'} {self.value:g}"
+
+    @property
+    def sizes(self) -> list[int]:
+        """The fleet sizes of the finished runs, ascending."""
+        return sorted(int(n) for n in self.frame["n_devices"].unique())
+
+    @property
+    def seeds_text(self) -> str:
+        """How many seeds each series has at each fleet size, e.g. ``5 seeds``."""
+        counts = sorted(set(self.frame.groupby([self.by, "n_devices"])["seed"].nunique()))
+        return f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds"
+
+
+def choose(
+    store: Store,
+    *,
+    metric: str | None = None,
+    target: Target | None = None,
+    run: str | None = None,
+    by: str | None = None,
+    baseline: str | None = None,
+) -> Choice:
+    """What to show of ``store``'s finished runs (options as for :func:`simfl.report.write_report`).
+
+    Raises
+    ------
+    ValueError
+        If the store has no finished runs, or an option names something it does not hold.
+    """
+    runs = store.runs()
+    done = runs[runs["status"] == "done"]
+    if done.empty:
+        raise ValueError(f"{store.path} has no finished runs to report")
+    frame = store.rounds().merge(done[["run_id", "n_devices", "policy_name"]], on="run_id")
+    frame, by = _series(frame, done, by)
+    records = {r["run_id"]: r for r in store.records()}
+    first = records[str(done["run_id"].iloc[0])]
+    metric, side, value, note = _target(frame, first, metric, target)
+    series = [str(v) for v in dict.fromkeys(frame[by])]
+    baseline = baseline if baseline is not None else series[0]
+    if baseline not in series:
+        raise ValueError(
+            f"report baseline must be one of the {by} values {series}, got {baseline!r}"
+        )
+    jobs = store.clients(list(done["run_id"])).merge(frame[["run_id", by]].drop_duplicates())
+    run_id = run if run is not None else _gantt_run(jobs, done)
+    if run_id not in set(done["run_id"]):
+        raise ValueError(f"report run must be a finished run id of {store.path}, got {run_id!r}")
+    return Choice(
+        runs, done, records, frame, jobs, by, series, baseline, metric, side, value, note, run_id
+    )
+
+
+def _target(
+    frame: pd.DataFrame, first: dict[str, Any], metric: str | None, target: Target | None
+) -> tuple[str, str, float, str]:
+    """The metric, the target's side and value, and how the target was chosen."""
+    metrics = first.get("metrics") or []
+    if target is not None:
+        if metric is not None and metric != target[0]:
+            raise ValueError(f"report metric {metric!r} and target {target[0]!r} disagree")
+        metric = target[0]
+    metric = metric or (metrics[0] if metrics else None)
+    if metric is None or metric not in frame.columns:
+        raise ValueError(
+            f"report metric must be one of the runs' metrics {metrics}, got {metric!r}"
+        )
+    if target is not None:
+        return metric, target[1], target[2], "given"
+    goal = first.get("goals", {}).get(metric, "min")
+    side = "below" if goal == "min" else "above"
+    how = "twice" if goal == "min" else "98% of"
+    note = f"{how} the median over runs of each run's best value; set it with --target"
+    return metric, side, _default_target(frame, metric, goal), note
+
+
+def _size_axes(runs: pd.DataFrame, axes: list[str]) -> list[str]:
+    """Grid labels that are the fleet size in other words (one value per distinct size)."""
+    sizes = runs["n_devices"].nunique()
+    out = []
+    for axis in axes:
+        pairs = runs[[axis, "n_devices"]].astype(str).drop_duplicates()
+        if sizes > 1 and len(pairs) == sizes and pairs[axis].nunique() == sizes:
+            out.append(axis)
+    return out
+
+
+def _series(frame: pd.DataFrame, runs: pd.DataFrame, by: str | None) -> tuple[pd.DataFrame, str]:
+    """Add the string column that names the compared series; return the frame and its name."""
+    if by is not None:
+        if by not in frame.columns:
+            raise ValueError(f"report by= must be a column of the rounds: {list(frame.columns)}")
+        frame = frame.assign(**{by: frame[by].astype(str)})
+        return frame, by
+    fixed = set(runs.columns[: list(runs.columns).index("status")])
+    axes = [c for c in runs.columns if c in fixed and c not in ("run_id", "label", "seed")]
+    axes = [a for a in axes if runs[a].nunique() > 1]
+    series = [a for a in axes if a not in _size_axes(runs, axes)]
+    if len(series) == 1:
+        return frame.assign(**{series[0]: frame[series[0]].astype(str)}), series[0]
+    if series:
+        text = frame[series].astype(str)
+        joined = text.apply(lambda r: ",".join(f"{k}={v}" for k, v in r.items()), axis=1)
+        return frame.assign(series=joined), "series"
+    if axes:  # only a fleet-size axis: one series per remaining difference, the policy
+        return frame.assign(series=frame["policy_name"].astype(str)), "series"
+    return frame.assign(scenario=frame["label"].astype(str)), "scenario"
+
+
+def _default_target(frame: pd.DataFrame, metric: str, goal: str) -> float:
+    best = frame.groupby("run_id", sort=False)[metric].agg("min" if goal == "min" else "max")
+    median = float(best.median())
+    if not math.isfinite(median):
+        raise ValueError(f"no run evaluated {metric!r}; give --target")
+    value = 2 * median if goal == "min" else 0.98 * median
+    if value == 0:
+        return 0.0
+    digits = 1 - math.floor(math.log10(abs(value)))
+    scale = 10.0**digits
+    return (math.ceil if goal == "min" else math.floor)(value * scale) / scale
+
+
+def _gantt_run(jobs: pd.DataFrame, done: pd.DataFrame) -> str:
+    """The default Gantt run, one with something to see.
+
+    Among the first seed's runs at the smallest fleet size, the one whose first rounds show the
+    most kinds of job status (ties: the first in the store).
+    """
+    first = done[
+        (done["seed"] == done["seed"].min()) & (done["n_devices"] == done["n_devices"].min())
+    ]
+    early = jobs[jobs["run_id"].isin(first["run_id"]) & (jobs["round"] < 3)]
+    kinds = early.groupby("run_id", sort=False)["status"].nunique()
+    variety = kinds.reindex(first["run_id"], fill_value=0)
+    return str(variety.idxmax())
+
+
+def target_table(
+    frame: pd.DataFrame, metric: str, side: str, value: float, by: str
+) -> pd.DataFrame:
+    """Time to target of every series at every fleet size (``compare.summarize_targets``)."""
+    kw: dict[str, Any] = {"below": value} if side == "below" else {"above": value}
+    table = compare.summarize_targets(frame, metric, by=[by, "n_devices"], **kw)
+    return table.sort_values(["n_devices"], kind="stable").reset_index(drop=True)
+
+
+def speedups(
+    frame: pd.DataFrame, metric: str, side: str, value: float, by: str, baseline: str
+) -> pd.DataFrame:
+    """Speedups over ``baseline`` at every fleet size holding it (``compare.speedup``)."""
+    kw: dict[str, Any] = {"below": value} if side == "below" else {"above": value}
+    parts = []
+    for n, group in frame.groupby("n_devices", sort=True):
+        if baseline not in set(group[by]):
+            continue
+        table = compare.speedup(group, metric, baseline=baseline, by=by, **kw)
+        parts.append(table.assign(n_devices=n))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

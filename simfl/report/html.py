@@ -1,0 +1,272 @@
+"""The report's ``index.html``: the figures with their captions, the tables and the runs.
+
+:func:`write_report` chooses what to show (:mod:`simfl.report.choose`), draws the figures
+(:mod:`simfl.report.figures`) and writes the page that shows them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simfl.report import figures
+from simfl.report.choose import Choice, Target, choose, speedups, target_table
+from simfl.sweeps.store import Store
+
+__all__ = ["write_report"]
+
+Caption = tuple[str, str]  # (PNG file name, caption HTML)
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else "not reached" if math.isinf(v) else f"{v:.4g}"
+        return html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>"
+        for row in table.itertuples(index=False)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _interval(mean: float, low: float, high: float) -> str:
+    if math.isinf(mean):
+        return "not reached by every seed"
+    return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
+
+
+def _display(table: pd.DataFrame, by: str, metric: str) -> pd.DataFrame:
+    """The time-to-target table as people read it: intervals in brackets, units in headers."""
+    out = pd.DataFrame(
+        {
+            by: table[by],
+            "devices": table["n_devices"],
+            "seeds reaching": [
+                f"{r} of {n}" for r, n in zip(table["reached"], table["runs"], strict=True)
+            ],
+            "mean time (s) [95% CI]": [
+                _interval(*v)
+                for v in zip(table["mean_time"], table["ci_low"], table["ci_high"], strict=True)
+            ],
+            "median time (s)": table["median_time"],
+            "mean rounds": table["mean_rounds"],
+            f"final {metric}": table["final"],
+        }
+    )
+    if "speedup" in table:
+        out["speedup [95% CI]"] = [
+            ""
+            if math.isnan(v[0])
+            else "target not reached"
+            if math.isinf(t)
+            else f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
+            for t, *v in zip(
+                table["mean_time"],
+                table["speedup"],
+                table["speedup_ci_low"],
+                table["speedup_ci_high"],
+                strict=True,
+            )
+        ]
+    return out
+
+
+_CSS = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+    "figure{margin:2em 0}img{max-width:100%;border:1px solid #ddd}"
+    "figcaption{color:#444;margin-top:.4em}table{border-collapse:collapse;font-size:90%}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
+    "code{background:#f3f3f3;padding:0 3px}"
+)
+
+
+def write_report(
+    store: Store | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    metric: str | None = None,
+    target: Target | None = None,
+    run: str | None = None,
+    by: str | None = None,
+    baseline: str | None = None,
+) -> Path:
+    """Write the figures and ``index.html`` of a store's finished runs; return the index path.
+
+    Parameters
+    ----------
+    store
+        The results store (a path or :class:`~simfl.Store`).
+    out
+        The report folder (default ``STORE/report``); created if needed.
+    metric
+        The metric to compare (default: the target's, else the runs' first metric).
+    target
+        ``(metric, "below" | "above", value)``, as parsed from ``"distance<1e-3"`` (default:
+        see :mod:`simfl.report.choose`).
+    run
+        The run id whose jobs the Gantt chart shows (default: among the first seed's runs at
+        the smallest fleet size, the one whose first rounds show the most job statuses).
+    by
+        The column naming the compared series (default: guessed, see
+        :mod:`simfl.report.choose`).
+    baseline
+        The series speedups are relative to (default: the first).
+
+    Raises
+    ------
+    ValueError
+        If the store has no finished runs, or an option names something it does not hold.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    store = store if isinstance(store, Store) else Store(store)
+    folder = Path(out) if out is not None else store.path / "report"
+    chosen = choose(store, metric=metric, target=target, run=run, by=by, baseline=baseline)
+    folder.mkdir(parents=True, exist_ok=True)
+    colours = figures.palette(chosen.series)
+    shown = _metric_figures(chosen, colours, folder)
+    speed = speedups(
+        chosen.frame, chosen.metric, chosen.side, chosen.value, chosen.by, chosen.baseline
+    )
+    shown.append(_speedup_figure(chosen, speed, colours, folder))
+    shown += _job_figures(store, chosen, colours, folder)
+    table = _time_to_target(chosen, speed)
+    table.to_csv(folder / "time_to_target.csv", index=False)
+    index = folder / "index.html"
+    index.write_text("\n".join(_page(store, chosen, table, shown)) + "\n")
+    return index
+
+
+def _time_to_target(chosen: Choice, speed: pd.DataFrame) -> pd.DataFrame:
+    """The time-to-target table with the speedups (``time_to_target.csv``)."""
+    table = target_table(chosen.frame, chosen.metric, chosen.side, chosen.value, chosen.by)
+    if speed.empty:
+        return table
+    ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
+    cols = [chosen.by, "n_devices", "speedup", "ci_low", "ci_high"]
+    return table.merge(speed[cols].rename(columns=ci), on=[chosen.by, "n_devices"], how="left")
+
+
+def _metric_figures(chosen: Choice, colours: dict[str, Any], folder: Path) -> list[Caption]:
+    """The metric against rounds and against simulated time."""
+    band = (
+        f"mean over {chosen.seeds_text} with a 95% bootstrap band, one line per {chosen.by}, "
+        f"one panel per fleet size"
+    )
+    shown = []
+    for x in ("rounds", "time"):
+        name = f"metric_vs_{x}.png"
+        figures.metric_figure(
+            chosen.frame,
+            chosen.metric,
+            chosen.by,
+            x=x,
+            target=chosen.value,
+            colours=colours,
+            path=folder / name,
+        )
+        what = "round (aggregations)" if x == "rounds" else "simulated time (s)"
+        text = f"{chosen.metric} vs {what}: {band}; dotted line: the target {chosen.target_text}."
+        shown.append((name, text))
+    return shown
+
+
+def _speedup_figure(
+    chosen: Choice, speed: pd.DataFrame, colours: dict[str, Any], folder: Path
+) -> Caption:
+    """The speedup over the baseline against the fleet size."""
+    by, sizes, tgt = chosen.by, chosen.sizes, chosen.target_text
+    figures.speedup_figure(
+        speed, by, chosen.baseline, tgt, sizes=sizes, colours=colours, path=folder / "speedup.png"
+    )
+    one = len(sizes) == 1
+    return (
+        "speedup.png",
+        (f"This store has one fleet size ({sizes[0]} devices): one bar per {by}. " if one else "")
+        + f"Speedup = mean time to {tgt} of the baseline {chosen.baseline!r} / that of each {by}"
+        + ("" if one else " at each fleet size (devices)")
+        + "; bars: paired bootstrap 95% CI over seeds; above 1 is faster than the baseline; "
+        f"a {by} whose mean time is infinite (a seed never reached the target) is not drawn.",
+    )
+
+
+def _job_figures(
+    store: Store, chosen: Choice, colours: dict[str, Any], folder: Path
+) -> list[Caption]:
+    """The Gantt chart of one run, the devices' utilisation and the updates' staleness."""
+    by, run_id = chosen.by, chosen.run_id
+    rec = chosen.records[run_id]
+    title = f"{rec['name']}, seed {rec['seed']}"
+    window = figures.gantt_figure(store.results(run_id), title, folder / "gantt.png")
+    figures.utilisation_figure(
+        chosen.jobs, chosen.done, by, colours=colours, path=folder / "utilisation.png"
+    )
+    all_zero, beyond = figures.staleness_figure(
+        chosen.jobs, by, colours=colours, path=folder / "staleness.png"
+    )
+    note = " Every run here is synchronous: all are 0." if all_zero else ""
+    if beyond > 0:
+        note += f" The {100 * beyond:.2g}% of updates beyond the drawn range are not shown."
+    return [
+        (
+            "gantt.png",
+            f"Device jobs of run <code>{html.escape(run_id)}</code> ({html.escape(title)}), "
+            f"{window}: one row per device, colour = status, transfers lighter than compute, "
+            f"dotted lines = aggregations. Choose another run with --run.",
+        ),
+        (
+            "utilisation.png",
+            f"Utilisation: the fraction of its run's simulated time each device spent in a job "
+            f"(downloading, computing or uploading), pooled over the devices of all runs of a "
+            f"{by}; devices never selected count as 0.",
+        ),
+        (
+            "staleness.png",
+            "Staleness of the applied updates: server model versions created between a job's "
+            f"download and the aggregation that used its update (share per {by}).{note}",
+        ),
+    ]
+
+
+def _page(store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption]) -> list[str]:
+    """The lines of ``index.html``."""
+    by, sizes = chosen.by, chosen.sizes
+    failed = chosen.runs[chosen.runs["status"] == "failed"]
+    where = html.escape(str(store.path))
+    tgt = html.escape(chosen.target_text)
+    page = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>simfl report: {where}</title><style>{_CSS}</style></head><body>",
+        f"<h1>simfl report: <code>{where}</code></h1>",
+        f"<p>{len(chosen.done)} finished runs, {len(failed)} failed: {len(chosen.series)} "
+        f"{html.escape(by)} values, fleet size{'s' * (len(sizes) > 1)} "
+        f"{', '.join(map(str, sizes))} devices, {chosen.seeds_text}. Target: "
+        f"<b>{tgt}</b> ({html.escape(chosen.target_note)}).</p>",
+        f"<h2>Time to {tgt}</h2><p>Simulated seconds: mean over seeds with a "
+        f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
+        f"speedup over {html.escape(repr(chosen.baseline))} (also in "
+        f"<code>time_to_target.csv</code>).</p>",
+        _html_table(_display(table, by, chosen.metric)),
+    ]
+    for name, caption in shown:
+        page.append(
+            f"<figure><img src='{name}' alt='{html.escape(name)}'>"
+            f"<figcaption>{caption}</figcaption></figure>"
+        )
+    if not failed.empty:
+        last = failed["error"].map(lambda e: str(e).strip().splitlines()[-1] if e else "?")
+        errors = failed[["run_id", "label", "seed"]].assign(error=last)
+        page += ["<h2>Failed runs</h2>", _html_table(errors)]
+    cols = ["run_id", "label", "seed", "status", "n_devices", "n_rounds", "sim_time"]
+    cols += ["host_seconds", "simfl_version", "git_revision", "host", "finished"]
+    page += ["<h2>Runs</h2>", _html_table(chosen.runs[cols].astype(object)), "</body></html>"]
+    return page

@@ -1,0 +1,28 @@
+"""Sweeps: grids of scenarios x seeds, run on local processes or Dask into a results store.
+
+* :mod:`simfl.sweeps.grid`: :func:`grid` of a base scenario's fields, as :class:`Case` objects;
+* :mod:`simfl.sweeps.run`: :func:`sweep` (also ``simfl.sweep``), which runs the cases;
+* :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
+* :mod:`simfl.sweeps.worker`: what an executor runs for one case;
+* :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`);
+* :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
+"""
+
+from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
+from simfl.sweeps.grid import Case, grid
+from simfl.sweeps.run import SweepOutcome, sweep
+from simfl.sweeps.store import MemoryStore, Store
+
+__all__ = [
+    "Case",
+    "Dask",
+    "Executor",
+    "Inline",
+    "MemoryStore",
+    "Processes",
+    "Store",
+    "SweepOutcome",
+    "grid",
+    "make_executor",
+    "sweep",
+]

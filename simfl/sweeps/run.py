@@ -1,0 +1,274 @@
+"""Sweeps: cases (scenarios x seeds) run on local processes or Dask into a results store.
+
+>>> import simfl
+>>> from simfl import sweeps
+>>> # cases = sweeps.grid(base, policy=..., seed=range(10))
+>>> # out = simfl.sweep(cases, store="runs/srpfl", executor="dask")   # or "processes"
+>>> # out.frame   # tidy rounds of every run, with a column per grid axis
+>>> # simfl.Store("runs/srpfl").rounds()   # the same, later, from the store
+
+:func:`sweep` (``simfl.sweep``) runs every case on an executor (:mod:`simfl.sweeps.executors`);
+workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomically. Runs
+already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
+is stored as ``failed`` and the others go on. Without a store the results stay in memory.
+Runs are deterministic, so every executor gives bit-identical frames.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from simfl.scenario import Scenario
+from simfl.sweeps.executors import Executor, make_executor
+from simfl.sweeps.grid import Case
+from simfl.sweeps.store import MemoryStore, Store
+from simfl.sweeps.worker import RunSpec, execute, git_revision, make_spec, record_of
+
+__all__ = ["SweepOutcome", "sweep"]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """What :func:`sweep` did, and its results.
+
+    Attributes
+    ----------
+    run_ids
+        Every run of the sweep, in the order of the cases.
+    ran
+        The runs executed by this call.
+    skipped
+        The runs found in the store (finished, or failed and not retried).
+    failed
+        The runs of this sweep whose stored status is ``failed`` (now or earlier).
+    store
+        Where the runs are: a :class:`~simfl.sweeps.Store`, or a ``MemoryStore`` if the sweep
+        had no store directory.
+    executor
+        The executor, in words.
+    seconds
+        Host seconds the call took.
+    """
+
+    run_ids: tuple[str, ...]
+    ran: tuple[str, ...]
+    skipped: tuple[str, ...]
+    failed: tuple[str, ...]
+    store: Store
+    executor: str
+    seconds: float
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """Tidy rounds of the finished runs of this sweep (:meth:`simfl.Store.rounds`)."""
+        done = [r for r in self.run_ids if r not in self.failed]
+        return self.store.rounds(done)
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        """Provenance of every run of this sweep, one row each (:meth:`simfl.Store.runs`)."""
+        return self.store.runs(self.run_ids)
+
+    def summary(self) -> str:
+        """A few lines: what ran, what was skipped or failed, and where the store is."""
+        done_now = len(self.ran) - len(set(self.ran) & set(self.failed))
+        lines = [
+            f"{len(self.run_ids)} runs: {len(self.ran)} ran ({done_now} done, "
+            f"{len(self.ran) - done_now} failed), {len(self.skipped)} already in the store; "
+            f"{self.executor}, {self.seconds:.3g} s"
+        ]
+        if not isinstance(self.store, MemoryStore):
+            lines.append(
+                f"store      {self.store.path}/  (simfl.Store({str(self.store.path)!r}).rounds(); "
+                f"figures: simfl report {self.store.path})"
+            )
+        for run_id in self.failed:
+            record = self.store.record(run_id) or {}
+            error = str(record.get("error") or "?").strip().splitlines() or ["?"]
+            lines.append(f"failed     {run_id}: {error[-1]}")
+        return "\n".join(lines)
+
+
+def _cases(cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case) -> list[Case]:
+    many: Iterable[object] = [cases] if isinstance(cases, (Scenario, Case)) else cases
+    items = []
+    for i, c in enumerate(many):
+        if isinstance(c, Scenario):
+            c = Case(c, {"seed": c.seed})
+        if not isinstance(c, Case):
+            raise ValueError(f"sweep case {i} must be a simfl.Scenario or a sweeps.Case, got {c!r}")
+        items.append(c)
+    if not items:
+        raise ValueError("sweep needs at least one scenario")
+    return items
+
+
+def sweep(
+    cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case,
+    *,
+    store: str | os.PathLike[str] | Store | None = None,
+    executor: str | Executor | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> SweepOutcome:
+    """Run every case into a results store, skipping the runs it already holds.
+
+    Parameters
+    ----------
+    cases
+        Scenarios, or :class:`~simfl.sweeps.Case` objects from :func:`~simfl.sweeps.grid`
+        (their labels become columns). Two cases must not be the same run (same scenario,
+        name and seed).
+    store
+        The store directory (created if new; see :mod:`simfl.sweeps.store`). Workers write
+        into it directly, so on a multi-machine cluster it must be on a filesystem they share,
+        at the same path. ``None``: results come back in memory (nothing is skipped or resumable).
+    executor
+        ``"processes"`` (the default without ``scheduler``), ``"dask"`` (the default with it),
+        ``"inline"``, or an :class:`~simfl.sweeps.Executor` object (not closed afterwards).
+    workers
+        Local processes, or the size of the local Dask cluster (default: the CPUs).
+    scheduler
+        Address of a running Dask scheduler (``tcp://host:8786``).
+    retry_failed
+        Run again the runs stored as ``failed`` (default: keep them and skip them).
+    progress
+        Show a progress bar over runs.
+
+    Returns
+    -------
+    SweepOutcome
+        Counts of what ran, was skipped and failed, and the store to read (``.frame``).
+
+    Raises
+    ------
+    ValueError
+        If there are no cases, two cases are the same run, or an option is invalid.
+    """
+    started = time.perf_counter()
+    items = _cases(cases)
+    if not isinstance(retry_failed, bool):
+        raise ValueError(f"sweep retry_failed must be True or False, got {retry_failed!r}")
+    runner = make_executor(executor, workers=workers, scheduler=scheduler)
+    disk = (
+        store if isinstance(store, Store) else None if store is None else Store(store, create=True)
+    )
+    specs = _specs(items, None if disk is None else str(disk.path.resolve()), retry_failed)
+    memory = MemoryStore() if disk is None else None
+    out: Store = disk if disk is not None else memory  # type: ignore[assignment]
+    stored = disk.status() if disk is not None else {}
+    if disk is not None:
+        disk.remove_stale_partials()
+    todo = [
+        s
+        for s in specs
+        if s.run_id not in stored or (retry_failed and stored[s.run_id] == "failed")
+    ]
+    skipped = [s.run_id for s in specs if s.run_id in stored and s not in todo]
+    failed = [r for r in skipped if stored[r] == "failed"]
+    bar = tqdm(
+        total=len(specs), initial=len(skipped), desc="sweep", unit="run", disable=not progress
+    )
+    try:
+        ran, described = _execute(runner, todo, disk, memory, failed, bar)
+    finally:
+        bar.close()
+        if runner is not executor:
+            runner.close()
+    order = {s.run_id: i for i, s in enumerate(specs)}
+    return SweepOutcome(
+        tuple(s.run_id for s in specs),
+        tuple(sorted(ran, key=order.__getitem__)),
+        tuple(skipped),
+        tuple(sorted(failed, key=order.__getitem__)),
+        out,
+        described,
+        time.perf_counter() - started,
+    )
+
+
+def _specs(items: list[Case], where: str | None, retry_failed: bool) -> list[RunSpec]:
+    """The run of every case, in order.
+
+    Raises
+    ------
+    ValueError
+        If two cases are the same run.
+    """
+    git = git_revision()
+    specs: list[RunSpec] = []
+    seen: dict[str, int] = {}
+    for i, case in enumerate(items):
+        spec = make_spec(
+            case.scenario,
+            case.labels,
+            position=i,
+            store=where,
+            git=git,
+            replace_failed=retry_failed,
+        )
+        if spec.run_id in seen:
+            raise ValueError(
+                f"sweep cases {seen[spec.run_id]} and {i} are the same run ({spec.run_id}); "
+                f"give the scenarios different names or seeds"
+            )
+        seen[spec.run_id] = i
+        specs.append(spec)
+    return specs
+
+
+def _execute(
+    runner: Executor,
+    todo: list[RunSpec],
+    disk: Store | None,
+    memory: MemoryStore | None,
+    failed: list[str],
+    bar: Any,
+) -> tuple[list[str], str]:
+    """Run ``todo`` on ``runner``, recording each run as it finishes.
+
+    Appends the runs that fail to ``failed``; returns the runs finished and the executor in
+    words.
+    """
+    if not todo:
+        return [], "nothing to run"
+    ran: list[str] = []
+    results = runner.map_unordered(execute, todo, keys=[s.run_id for s in todo])
+    described = runner.describe()
+    for i, value in results:
+        record = _settle(todo[i], value, disk, memory)
+        ran.append(record["run_id"])
+        if record["status"] == "failed":
+            failed.append(record["run_id"])
+            bar.set_postfix(failed=len(failed))
+        bar.update(1)
+    return ran, described
+
+
+def _settle(
+    spec: RunSpec, value: Any, disk: Store | None, memory: MemoryStore | None
+) -> dict[str, Any]:
+    """Record one completion; return the run's record as it is stored."""
+    if isinstance(value, Exception):  # the executor lost the run (worker died, ...)
+        text = "".join(traceback.format_exception_only(type(value), value)).strip()
+        record = record_of(spec, f"executor error: {text}")
+        if disk is not None:
+            disk.publish(record, None, replace_failed=spec.replace_failed)
+            return disk.record(spec.run_id) or record
+        assert memory is not None
+        memory.add(record, None)
+        return record
+    if memory is not None:
+        memory.add(value.record, value.results)
+    stored: dict[str, Any] = value.record
+    return stored
