@@ -47,7 +47,7 @@ WORKLOADS = {
         "sc = timing(policies.SRPFL(n0=10, count=100, rounds_per_stage=50), redraw='stage')"
     ),
     "FedBuff timing-only, 20 in flight": (
-        "sc = timing(policies.FedBuff(buffer_size=10, concurrency=20), rounds=4000)"
+        "sc = timing(policies.FedBuff(buffer_size=10, concurrency=20), rounds=1000)"
     ),
     "FedRep linear, n=1000, 10% per round": (
         "sc = Scenario(task=tasks.LinearRepresentation(d=20, k=2), algorithm=algorithms.FedRep(),"

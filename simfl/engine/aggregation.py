@@ -38,6 +38,7 @@ def close_aggregation(
     accepted = status == ARRIVED
     counts = np.bincount(status, minlength=4)  # statuses are 0..3 once a round is closed
     n = plan.size
+    starts = np.asarray(plan.t_start, dtype=np.float64)
     outcome = Outcome(
         round=round,
         stage=stage,
@@ -45,7 +46,7 @@ def close_aggregation(
         time=ctx.env.now,
         devices=plan.devices,
         status=status,
-        job_start=np.broadcast_to(np.asarray(plan.t_start, dtype=np.float64), (n,)),
+        job_start=np.full(n, starts) if starts.ndim == 0 else starts,
         job_end=t_end,
         staleness=np.where(accepted, 0.0, math.nan),
         repeats=repeats,

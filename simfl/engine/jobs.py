@@ -12,6 +12,7 @@ job's stages; the job is dropped if the failure comes first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,8 @@ class JobPlan:
 
     def start(self, j: int) -> float:
         """Start time of job ``j``."""
-        return float(np.broadcast_to(self.t_start, self.devices.shape)[j])
+        t = self.t_start
+        return float(t) if isinstance(t, (float, int)) else float(t[j])
 
 
 def concat_plans(plans: list[JobPlan]) -> JobPlan:
@@ -117,8 +119,7 @@ def plan_jobs(
     the fleet's private links when the scenario has a network; transfers may then take longer
     than planned when links are shared.
     """
-    with np.errstate(over="ignore"):  # an overflow is refused just below, with the job named
-        compute = work * fleet.compute_draws(devices, round=round, stage=stage, streams=streams)
+    compute = work * fleet.compute_draws(devices, round=round, stage=stage, streams=streams)
     if links is None:
         latency, bw_down, bw_up = (
             fleet.latency[devices],
@@ -129,9 +130,8 @@ def plan_jobs(
         latency, bw_down, bw_up = (a[devices] for a in links)
     download = transfer_seconds(payload.down, bw_down, latency)
     upload = transfer_seconds(payload.up, bw_up, latency)
-    with np.errstate(over="ignore"):
-        total = download + compute + upload
-    if not np.isfinite(total).all():
+    total = download + compute + upload
+    if total.size and not total.max() < math.inf:  # inf or NaN: refused, with the job named
         bad = int(np.flatnonzero(~np.isfinite(total))[0])
         raise ValueError(
             f"the planned job of device {int(devices[bad])} in round {round} lasts "
