@@ -108,7 +108,9 @@ class Updates:
 
     def finite(self) -> bool:
         """Whether every array (params, loss, weight; clients are integers) is finite."""
-        return all(np.isfinite(v).all() for v in self._arrays())
+        arrays = self._arrays()
+        next(arrays)  # the clients: integers, always finite
+        return all(np.isfinite(v).all() for v in arrays)
 
     def _map(self, f: Callable[[NDArray[Any]], NDArray[Any]]) -> Updates:
         return Updates(

@@ -26,16 +26,23 @@ def close_aggregation(
     round: int,
     stage: int,
     t_start: float,
-    bytes_moved: tuple[float, float],
+    extra_bytes: tuple[float, float] | None = None,
     repeats: NDArray[np.int64] | None = None,
 ) -> Outcome:
-    """Aggregate the arrived jobs of a synchronous round, record the round's row.
+    """Record the jobs of a synchronous round, aggregate the arrived ones, record the round.
 
     ``status`` and ``t_end`` hold the final status and end of every job of ``plan``;
+    ``extra_bytes`` the bytes moved down and up besides the jobs' (edge servers' transfers);
     ``repeats`` how many times each device was drawn (sampling with replacement), its update
     repeated that often. Returns the round's outcome, as the algorithm was told it.
     """
     accepted = status == ARRIVED
+    staleness = np.where(accepted, 0.0, math.nan)
+    b_down, b_up = ctx.record_jobs(
+        plan, status, t_end, round=round, stage=stage, staleness=staleness
+    )
+    if extra_bytes is not None:
+        b_down, b_up = b_down + extra_bytes[0], b_up + extra_bytes[1]
     counts = np.bincount(status, minlength=4)  # statuses are 0..3 once a round is closed
     n = plan.size
     starts = np.asarray(plan.t_start, dtype=np.float64)
@@ -48,7 +55,7 @@ def close_aggregation(
         status=status,
         job_start=np.full(n, starts) if starts.ndim == 0 else starts,
         job_end=t_end,
-        staleness=np.where(accepted, 0.0, math.nan),
+        staleness=staleness,
         repeats=repeats,
     )
     row: dict[str, Any] = {
@@ -62,8 +69,8 @@ def close_aggregation(
         "n_dropped": int(counts[DROPPED]),
         "n_late": int(counts[LATE]),
         "n_cancelled": int(counts[CANCELLED]),
-        "bytes_down": bytes_moved[0],
-        "bytes_up": bytes_moved[1],
+        "bytes_down": b_down,
+        "bytes_up": b_up,
         "staleness_mean": 0.0 if counts[ARRIVED] else math.nan,
     }
     if counts[ARRIVED]:

@@ -151,7 +151,7 @@ class EdgeRound:
                 round=self.round,
                 stage=0,
                 t_start=self.t0,
-                bytes_moved=(self.edge_bytes[0], self.edge_bytes[1]),
+                extra_bytes=(self.edge_bytes[0], self.edge_bytes[1]),
             )
         plan = concat_plans([p for p, _, _ in self.states])
         status = np.concatenate([s for _, s, _ in self.states])
@@ -165,8 +165,8 @@ class EdgeRound:
         t_end[running] = env.now
         late_edge = (status == ARRIVED) & ~reached
         status[late_edge] = LATE if final else CANCELLED
-        b_down, b_up = run.record_jobs(plan, status, t_end, round=self.round, stage=0)
         if not final:
+            run.record_jobs(plan, status, t_end, round=self.round, stage=0)
             return None
         return close_aggregation(
             run,
@@ -176,5 +176,5 @@ class EdgeRound:
             round=self.round,
             stage=0,
             t_start=self.t0,
-            bytes_moved=(b_down + self.edge_bytes[0], b_up + self.edge_bytes[1]),
+            extra_bytes=(self.edge_bytes[0], self.edge_bytes[1]),
         )

@@ -167,18 +167,8 @@ class SyncLoop:
         else:
             yield from _process_round(ctx, rnd, decision.deadline)
         self.current = None
-        status = rnd.status
-        b_down, b_up = ctx.record_jobs(plan, status, rnd.t_end, round=r, stage=stage)
         return close_aggregation(
-            ctx,
-            plan,
-            status,
-            rnd.t_end,
-            round=r,
-            stage=stage,
-            t_start=t0,
-            bytes_moved=(b_down, b_up),
-            repeats=repeats,
+            ctx, plan, rnd.status, rnd.t_end, round=r, stage=stage, t_start=t0, repeats=repeats
         )
 
     def _edge(self, decision: RoundPlan) -> Generator[Any, Any, Outcome]:
