@@ -142,6 +142,7 @@ class BigWork(algorithms.TimingOnly):
         return np.full(clients.shape, 1e300)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")
 @pytest.mark.parametrize("batched", [True, False])
 def test_overflowing_durations_are_recorded_the_same_on_both_paths(batched: bool):
     sc = Scenario(
