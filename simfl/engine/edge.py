@@ -43,14 +43,12 @@ class EdgeRound:
         self.round = ctx.round
         self.t0 = ctx.env.now
         self.procs: list[simpy.Process] = []
-        self.outcome: Outcome | None = None
         edge_of = net.topology.edge_of
         groups: dict[Any, list[int]] = {}
         for d in cohort:
             groups.setdefault(edge_of[int(d)], []).append(int(d))
         self.edges = {e: np.asarray(v, dtype=np.int64) for e, v in groups.items()}
         self.payload = ctx.algorithm.payload(ctx.state)
-        self.plans: list[JobPlan] = []
         self.states: list[tuple[JobPlan, NDArray[np.int8], NDArray[np.float64]]] = []
         self.reported: set[Any] = set()
         self.edge_bytes = [0.0, 0.0]
