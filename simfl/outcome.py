@@ -51,6 +51,15 @@ class Outcome:
     repeats
         Times each job's device was drawn (sampling with replacement; ``None``: once each). The
         update of a device drawn twice counts twice.
+    work
+        Work units each job was given (``None``: not reported). Under partial work
+        (:class:`~simfl.policies.RoundPlan` ``partial``) a job does only the whole units that fit
+        before the deadline: for the algorithms that support it a unit is one local step, so
+        this is the ``tau_i`` that FedNova normalises by.
+    loss
+        Mean local training loss each client reported with its update (NaN for jobs whose
+        update was not computed; ``None``: the algorithm reports none). What a real server
+        receives, so policies may learn from it (Oort's statistical utility).
     """
 
     round: int
@@ -63,6 +72,8 @@ class Outcome:
     job_end: NDArray[np.float64]
     staleness: NDArray[np.float64]
     repeats: NDArray[np.int64] | None = None
+    work: NDArray[np.float64] | None = None
+    loss: NDArray[np.float64] | None = None
 
     @property
     def arrived(self) -> NDArray[np.bool_]:

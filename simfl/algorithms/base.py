@@ -12,6 +12,9 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
     bytes sent down to and up from each selected client
 ``local_updates(state, data, clients, round, streams) -> Updates``
     the local updates of a cohort, in one batched computation
+``partial_updates(state, data, clients, round, streams, work) -> Updates``
+    the same when each client did only ``work[i]`` whole work units (local steps) of its full
+    work: partial work under a deadline (only algorithms whose ``partial_work`` is true)
 ``aggregate(state, updates, outcome) -> state``
     the new state from the accepted updates; ``outcome`` (:class:`simfl.outcome.Outcome`) says
     what happened to every job of the aggregation (arrived, late, dropped, cancelled, their
@@ -153,6 +156,9 @@ class Algorithm(ABC, Generic[StateT]):
 
     #: Short name used in summaries and plots.
     name: ClassVar[str] = "algorithm"
+    #: Whether :meth:`partial_updates` is implemented: one work unit is one local step, and a
+    #: client can stop after any whole number of them (partial work under a deadline).
+    partial_work: ClassVar[bool] = False
 
     @abstractmethod
     def check(self, task: Task | None) -> None:
@@ -175,6 +181,23 @@ class Algorithm(ABC, Generic[StateT]):
         self, state: StateT, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
     ) -> Updates:
         """The updates of ``clients`` (batched), computed from ``state`` and their own data."""
+
+    def partial_updates(
+        self,
+        state: StateT,
+        data: Any,
+        clients: NDArray[np.int64],
+        round: int,
+        streams: Streams,
+        work: NDArray[np.float64],
+    ) -> Updates:
+        """The updates of ``clients`` when client ``i`` did ``work[i]`` whole work units.
+
+        ``work[i]`` is at least 1 and at most the client's full :meth:`work`; with full work
+        the result equals :meth:`local_updates`. Only algorithms with ``partial_work = True``
+        implement it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support partial work")
 
     @abstractmethod
     def aggregate(self, state: StateT, updates: Updates, outcome: Outcome) -> StateT:

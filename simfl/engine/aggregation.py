@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,13 +29,16 @@ def close_aggregation(
     t_start: float,
     extra_bytes: tuple[float, float] | None = None,
     repeats: NDArray[np.int64] | None = None,
+    partial: bool = False,
 ) -> Outcome:
     """Record the jobs of a synchronous round, aggregate the arrived ones, record the round.
 
     ``status`` and ``t_end`` hold the final status and end of every job of ``plan``;
     ``extra_bytes`` the bytes moved down and up besides the jobs' (edge servers' transfers);
     ``repeats`` how many times each device was drawn (sampling with replacement), its update
-    repeated that often. Returns the round's outcome, as the algorithm was told it.
+    repeated that often; ``partial`` whether the jobs did partial work (the algorithm computes
+    each update from its job's work units). Returns the round's outcome, as the algorithm was
+    told it, with the loss each arrived client reported.
     """
     accepted = status == ARRIVED
     staleness = np.where(accepted, 0.0, math.nan)
@@ -57,6 +61,7 @@ def close_aggregation(
         job_end=t_end,
         staleness=staleness,
         repeats=repeats,
+        work=plan.work,
     )
     row: dict[str, Any] = {
         "round": round,
@@ -75,15 +80,25 @@ def close_aggregation(
     }
     if counts[ARRIVED]:
         state = ctx.state
+        told: list[Outcome] = []
 
         def compute() -> tuple[Any, Any]:
             alg = ctx.algorithm
-            updates = ctx.updates(state, plan.devices, round, accepted)
+            work = plan.work if partial else None
+            updates = ctx.updates(state, plan.devices, round, accepted, work)
+            seen = outcome
+            if updates.loss is not None:
+                loss = np.full(n, math.nan)
+                loss[accepted] = updates.loss
+                seen = replace(outcome, loss=loss)
+            told.append(seen)
             if repeats is not None and (repeats > 1).any():
                 updates = updates.repeat(repeats[accepted])
-            new = alg.background(alg.aggregate(state, updates, outcome), ctx.data, outcome)
+            new = alg.background(alg.aggregate(state, updates, seen), ctx.data, seen)
             return new, updates
 
         ctx.apply(row, compute)
+        if told:
+            outcome = told[0]
     ctx.end_aggregation(row)
     return outcome

@@ -38,6 +38,7 @@ from simfl.engine.links import FlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.playback import Live, Planned, Playback
 from simfl.fleet import AvailabilityCursor
+from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED
 from simfl.results import Recorder
 from simfl.rng import Streams
@@ -208,21 +209,26 @@ class RunContext:
         clients: NDArray[np.int64],
         key: int,
         accepted: NDArray[np.bool_] | None = None,
+        work: NDArray[np.float64] | None = None,
     ) -> Updates:
         """The updates of ``clients[accepted]`` from ``state``, with data keyed by ``key``.
 
-        Lazy runs compute the accepted clients only. Eager runs also compute the discarded
-        clients' updates, in a batch of their own, and throw them away: any side effect of
-        discarded work would show as a difference between the two. (That a client's update does
-        not depend on which clients share its batch is a property each algorithm's tests check
-        directly; batched float kernels, e.g. in torch, may legitimately differ in the last bits
-        with the batch size.)
+        ``work`` (aligned with ``clients``) gives each client's work units under partial work:
+        the algorithm's ``partial_updates`` computes them. Lazy runs compute the accepted
+        clients only. Eager runs also compute the discarded clients' updates, in a batch of
+        their own, and throw them away: any side effect of discarded work would show as a
+        difference between the two. (That a client's update does not depend on which clients
+        share its batch is a property each algorithm's tests check directly; batched float
+        kernels, e.g. in torch, may legitimately differ in the last bits with the batch size.)
         """
         if accepted is None:
-            return self._local_updates(state, clients, key)
-        updates = self._local_updates(state, clients[accepted], key)
+            return self._local_updates(state, clients, key, work)
+        updates = self._local_updates(
+            state, clients[accepted], key, None if work is None else work[accepted]
+        )
         if not self.lazy and not accepted.all():
-            self._local_updates(state, clients[~accepted], key)
+            rest = ~accepted
+            self._local_updates(state, clients[rest], key, None if work is None else work[rest])
         return updates
 
     def discard(self, state: Any, clients: NDArray[np.int64], key: int) -> None:
@@ -230,7 +236,13 @@ class RunContext:
         if not self.lazy:
             self._local_updates(state, clients, key)
 
-    def _local_updates(self, state: Any, clients: NDArray[np.int64], key: int) -> Updates:
+    def _local_updates(
+        self,
+        state: Any,
+        clients: NDArray[np.int64],
+        key: int,
+        work: NDArray[np.float64] | None = None,
+    ) -> Updates:
         """The algorithm's updates of ``clients``, in slices of at most :data:`UPDATE_SLICE`.
 
         A client's update depends only on the state and its own data, so slicing changes
@@ -238,13 +250,21 @@ class RunContext:
         cohort's arrays in cache.
         """
         alg = self.algorithm
+
+        def part(i: int, j: int) -> Updates:
+            if work is None:
+                return alg.local_updates(state, self.data, clients[i:j], key, self.streams)
+            return alg.partial_updates(
+                state, self.data, clients[i:j], key, self.streams, work[i:j]
+            )
+
         if clients.size <= UPDATE_SLICE:
-            return alg.local_updates(state, self.data, clients, key, self.streams)
-        parts = [
-            alg.local_updates(state, self.data, clients[i : i + UPDATE_SLICE], key, self.streams)
-            for i in range(0, clients.size, UPDATE_SLICE)
-        ]
-        return Updates.concat(parts)
+            if work is None:  # the common path, without slicing copies
+                return alg.local_updates(state, self.data, clients, key, self.streams)
+            return part(0, clients.size)
+        return Updates.concat(
+            [part(i, i + UPDATE_SLICE) for i in range(0, clients.size, UPDATE_SLICE)]
+        )
 
     def apply(self, row: dict[str, Any], compute: Callable[[], tuple[Any, Updates]]) -> None:
         """Run ``compute`` (which returns the new state and the updates it used) safely.
@@ -391,6 +411,29 @@ class PolicyView:
     def durations(self, devices: NDArray[np.int64], *, stage: int) -> NDArray[np.float64]:  # noqa: D102
         ctx = self._ctx
         return ctx.plan(devices, key=ctx.round, stage=stage).duration
+
+    def expected_times(  # noqa: D102
+        self, devices: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        ctx = self._ctx
+        devices = np.asarray(devices, dtype=np.int64)
+        fleet = ctx.fleet
+        links = ctx.playback.links
+        if links is None:
+            latency, bw_down, bw_up = (
+                fleet.latency[devices],
+                fleet.bandwidth_down[devices],
+                fleet.bandwidth_up[devices],
+            )
+        else:
+            latency, bw_down, bw_up = (a[devices] for a in links)
+        payload = ctx.algorithm.payload(ctx.state)
+        compute = fleet.mean_compute[devices] * ctx.algorithm.work(ctx.state, devices)
+        return (
+            transfer_seconds(payload.down, bw_down, latency),
+            np.asarray(compute, dtype=np.float64),
+            transfer_seconds(payload.up, bw_up, latency),
+        )
 
     def client_sizes(self) -> NDArray[np.float64] | None:  # noqa: D102
         sizes = getattr(self._ctx.data, "client_sizes", None)

@@ -13,7 +13,7 @@ job's stages; the job is dropped if the failure comes first.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,7 @@ __all__ = [
     "JobPlan",
     "bytes_moved",
     "concat_plans",
+    "fit_work",
     "plan_jobs",
     "planned_split",
     "resolution",
@@ -165,6 +166,33 @@ def plan_jobs(
             else np.array(t_start, dtype=np.float64)
         ),
         moved=np.full((n, 2), np.nan),
+    )
+
+
+def fit_work(plan: JobPlan, t_start: float, deadline: float) -> JobPlan:
+    """The jobs doing only the whole work units that fit before ``t_start + deadline``.
+
+    Partial work (:class:`~simfl.policies.RoundPlan` ``partial``): a unit takes
+    ``compute / work`` seconds, so job ``j`` does ``floor((deadline - download - upload) /
+    unit)`` units, at most its full work, and then arrives by the deadline (exactly as the
+    round's clock reckons it: ``t_start + duration <= t_start + deadline``). A job that cannot
+    fit one unit keeps its full work (it will be late). Work and compute shrink together; the
+    draws are unchanged.
+    """
+    work = plan.work
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = np.where(work > 0, plan.compute / work, 0.0)
+        room = deadline - plan.download - plan.upload
+        units = np.where(unit > 0, np.floor(room / unit), work)
+    units = np.clip(units, 0.0, work)
+    compute = np.where(units < work, units * unit, plan.compute)
+    for _ in range(2):  # rounding: step back one unit where the sum would pass the deadline
+        over = t_start + (plan.download + compute + plan.upload) > t_start + deadline
+        units = np.where(over & (units > 0), units - 1.0, units)
+        compute = np.where(units < work, units * unit, plan.compute)
+    fits = units >= 1.0
+    return replace(
+        plan, compute=np.where(fits, compute, plan.compute), work=np.where(fits, units, work)
     )
 
 

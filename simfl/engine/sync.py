@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from simfl.engine.aggregation import close_aggregation
 from simfl.engine.edge import EdgeRound
-from simfl.engine.jobs import JobPlan, resolution
+from simfl.engine.jobs import JobPlan, fit_work, resolution
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, Outcome
 from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
 
@@ -157,6 +157,13 @@ class SyncLoop:
             cohort, repeats = np.unique(cohort, return_counts=True)
         epoch = stage if decision.speed_epoch is None else decision.speed_epoch
         plan = ctx.plan(cohort, key=r, stage=epoch)
+        if decision.partial:
+            if decision.deadline is None:
+                raise ValueError(
+                    f"{type(self.policy).__name__} planned partial work without a deadline: "
+                    f"RoundPlan.partial needs RoundPlan.deadline"
+                )
+            plan = fit_work(plan, t0, decision.deadline)
         quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
         rnd = RoundState(env, plan, quota, r, stage)
         self.current = rnd
@@ -168,7 +175,15 @@ class SyncLoop:
             yield from _process_round(ctx, rnd, decision.deadline)
         self.current = None
         return close_aggregation(
-            ctx, plan, rnd.status, rnd.t_end, round=r, stage=stage, t_start=t0, repeats=repeats
+            ctx,
+            plan,
+            rnd.status,
+            rnd.t_end,
+            round=r,
+            stage=stage,
+            t_start=t0,
+            repeats=repeats,
+            partial=decision.partial,
         )
 
     def _edge(self, decision: RoundPlan) -> Generator[Any, Any, Outcome]:

@@ -101,6 +101,16 @@ class View(Protocol):
         ``stage`` is the speed epoch of fleets that re-draw speeds per stage.
         """
 
+    def expected_times(
+        self, devices: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """Expected download, compute and upload seconds of a job of each of ``devices``.
+
+        From the devices' profiles (mean compute time per work unit times the algorithm's
+        work; the payload over each device's uncontended path), not from any draw: what a
+        device can report about its own resources (FedCS's resource request).
+        """
+
     def client_sizes(self) -> NDArray[np.float64] | None:
         """Samples held by each client (``None`` if the task does not say)."""
 
@@ -130,6 +140,13 @@ class RoundPlan:
     edge_deadline
         Seconds after the start at which each edge server forwards what it has
         (:class:`EdgePolicy` only; ``None``: each edge waits for all its devices).
+    partial
+        Partial work (FedProx's gamma-inexact local solutions, Li et al., MLSys 2020): under
+        a ``deadline``, each job does as many whole work units (local steps) as fit before it
+        instead of its full work, and arrives in time; a device that cannot fit one unit does
+        its full job and is late. Needs an algorithm whose ``partial_work`` is true; the
+        algorithm is told each job's units (:attr:`~simfl.outcome.Outcome.work`). The device
+        decides from its own planned (uncontended) times when the job starts.
     """
 
     cohort: NDArray[np.int64]
@@ -138,6 +155,7 @@ class RoundPlan:
     stage: int = 0
     speed_epoch: int | None = None
     edge_deadline: float | None = None
+    partial: bool = False
 
 
 class Policy:
