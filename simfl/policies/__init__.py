@@ -5,7 +5,9 @@ Each policy is a frozen dataclass; the engine asks it what to do next from a rea
 :mod:`simfl.policies.base` and ``docs/writing-a-policy.md``).
 
 Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-selection),
-:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients).
+:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients),
+:class:`Oort` (guided selection by statistical and system utility), :class:`TiFL` (one tier of
+similarly fast devices per round), :class:`FedCS` (greedy selection under a deadline).
 Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Hierarchical: :class:`EdgeAggregation` (edge
 servers aggregate their devices before the cloud; needs a network with edges).
 """
@@ -23,9 +25,13 @@ from simfl.policies.base import (
     sample_uniform,
     sample_weighted,
 )
+from simfl.policies.fedcs import FedCS
 from simfl.policies.hierarchical import EdgeAggregation
+from simfl.policies.observed import Observations
+from simfl.policies.oort import Exploration, Oort, OortState, Pacer
 from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState
 from simfl.policies.sync import Deadline, FastestK, WaitAll
+from simfl.policies.tifl import TiFL, TiFLState
 
 __all__ = [
     "SRPFL",
@@ -35,14 +41,22 @@ __all__ = [
     "AsyncPolicy",
     "Deadline",
     "EdgeAggregation",
+    "Exploration",
     "FastestK",
     "FedAsync",
     "FedBuff",
+    "FedCS",
+    "Observations",
+    "Oort",
+    "OortState",
+    "Pacer",
     "Plateau",
     "Policy",
     "RoundPlan",
     "SRPFLState",
     "SyncPolicy",
+    "TiFL",
+    "TiFLState",
     "View",
     "WaitAll",
     "cohort_size",
