@@ -49,6 +49,8 @@ __all__ = [
     "RoundPlan",
     "SyncPolicy",
     "View",
+    "check_bool",
+    "check_partial_work",
     "check_sampling",
     "cohort_size",
     "sample_uniform",
@@ -282,6 +284,21 @@ def cohort_size(owner: str, fraction: float | None, count: int | None, n_devices
         return count
     frac = 1.0 if fraction is None else fraction
     return max(math.floor(frac * n_devices + 1e-9), 1)
+
+
+def check_bool(field: str, value: object) -> None:
+    """Refuse anything but ``True`` or ``False`` for ``field``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{field} must be True or False, got {value!r}")
+
+
+def check_partial_work(field: str, algorithm: Algorithm[Any]) -> None:
+    """Refuse partial work (``field``) with an algorithm that cannot stop after any step."""
+    if not type(algorithm).partial_work:
+        raise ValueError(
+            f"{field}=True needs an algorithm that supports partial work (partial_work = True: "
+            f"linear FedAvg, linear FedRep, TimingOnly); {type(algorithm).__name__} does not"
+        )
 
 
 def check_sampling(owner: str, fraction: float | None, count: int | None) -> None:
