@@ -6,7 +6,8 @@ Each policy is a frozen dataclass; the engine asks it what to do next from a rea
 
 Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-selection),
 :class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients).
-Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Hierarchical: :class:`EdgeAggregation` (edge
+Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Semi-asynchronous (synchronous within speed
+tiers, asynchronous across them): :class:`FedAT`. Hierarchical: :class:`EdgeAggregation` (edge
 servers aggregate their devices before the cloud; needs a network with edges).
 """
 
@@ -18,6 +19,7 @@ from simfl.policies.base import (
     Policy,
     RoundPlan,
     SyncPolicy,
+    TieredPolicy,
     View,
     cohort_size,
     sample_uniform,
@@ -26,6 +28,7 @@ from simfl.policies.base import (
 from simfl.policies.hierarchical import EdgeAggregation
 from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState
 from simfl.policies.sync import Deadline, FastestK, WaitAll
+from simfl.policies.tiered import FedAT, FedATState
 
 __all__ = [
     "SRPFL",
@@ -37,12 +40,15 @@ __all__ = [
     "EdgeAggregation",
     "FastestK",
     "FedAsync",
+    "FedAT",
+    "FedATState",
     "FedBuff",
     "Plateau",
     "Policy",
     "RoundPlan",
     "SRPFLState",
     "SyncPolicy",
+    "TieredPolicy",
     "View",
     "WaitAll",
     "cohort_size",
