@@ -314,11 +314,15 @@ def main() -> None:
     for ax, (t, f) in zip(axes[0], panels, strict=True):
         part = table[(table["task"] == t) & (table["fleet"] == f)].sort_values("policy")
         y = np.arange(len(part))
-        speed = part["speedup"].to_numpy(dtype=float)
-        lo = part["speedup_lo"].to_numpy(dtype=float)
-        hi = part["speedup_hi"].to_numpy(dtype=float)
-        err = np.vstack([np.nan_to_num(speed - lo), np.nan_to_num(hi - speed)])
-        ax.barh(y, np.nan_to_num(speed), xerr=err, color="tab:blue", alpha=0.8)
+        speed, lo, hi = (
+            part[c].to_numpy(dtype=float) for c in ("speedup", "speedup_lo", "speedup_hi")
+        )
+        finite = np.isfinite(speed) & np.isfinite(lo) & np.isfinite(hi)
+        err = np.where(finite, np.vstack([speed - lo, hi - speed]), 0.0)
+        ax.barh(y, np.where(finite, speed, np.nan), xerr=err, color="tab:blue", alpha=0.8)
+        for yi, ok, s in zip(y, finite, speed, strict=True):
+            if not ok:  # no finite speedup: the policy or wait-all missed the target
+                ax.text(1.0, yi, " n/a" if np.isnan(s) else " inf", va="center", fontsize=8)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_yticks(y, part["policy"])
         ax.set_xscale("log")
