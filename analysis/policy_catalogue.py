@@ -197,13 +197,18 @@ def cases_for(task_name: str, seeds: int, max_time: float) -> list[sweeps.Case]:
     return out
 
 
-def tier_shares(store: Any, frame: pd.DataFrame, cases: list[sweeps.Case]) -> pd.DataFrame:
-    """Share of the aggregated updates from each tier, per task, fleet and policy."""
+def tier_shares(
+    stores: dict[tuple[str, str], Any], frame: pd.DataFrame, cases: list[Any]
+) -> pd.DataFrame:
+    """Share of the aggregated updates from each tier, per task, fleet and policy.
+
+    ``stores`` maps (task, fleet) to the store holding those runs.
+    """
     fleets = {(c.labels["task"], c.labels["fleet"]): c.scenario.fleet for c in cases}
     rows = []
     runs = frame[["run_id", "task", "fleet", "policy", "seed"]].drop_duplicates()
     for r in runs.itertuples(index=False):
-        jobs = store.clients(r.run_id)
+        jobs = stores[(r.task, r.fleet)].clients(r.run_id)
         tier = tier_of(r.fleet, fleets[(r.task, r.fleet)])
         used = jobs.loc[jobs["status"].astype(str) == "arrived", "device"].to_numpy()
         counts = np.bincount(tier[used], minlength=3)
@@ -217,6 +222,38 @@ def tier_shares(store: Any, frame: pd.DataFrame, cases: list[sweeps.Case]) -> pd
             }
         )
     return pd.DataFrame(rows).groupby(["task", "fleet", "policy"], as_index=False).mean()
+
+
+def run_catalogue(
+    cases: list[Any], root: Path, workers: int, report: bool
+) -> tuple[pd.DataFrame, dict[tuple[str, str], Any]]:
+    """Sweep each (task, fleet) into its own store under ``root``; their tidy frame and stores.
+
+    One store per task and fleet, so that ``simfl report`` on it compares the policies alone
+    (a report groups runs by fleet size, and the two fleets have the same size).
+    """
+    from simfl.report import write_report
+
+    executor = "inline" if workers == 1 else "processes"
+    frames, stores = [], {}
+    keys = list(dict.fromkeys((c.labels["task"], c.labels["fleet"]) for c in cases))
+    for t, f in keys:
+        part = [c for c in cases if (c.labels["task"], c.labels["fleet"]) == (t, f)]
+        out = sweep(
+            part, store=root / f"{t}-{f}", executor=executor, workers=workers, progress=False
+        )
+        print(out.summary())
+        frames.append(out.frame)
+        stores[(t, f)] = out.store
+        if report:
+            target = part[0].scenario.target
+            side = "below" if target.below is not None else "above"
+            value = target.below if target.below is not None else target.above
+            index = write_report(
+                out.store, target=(target.metric, side, value), baseline="wait-all"
+            )
+            print(f"report: {index}")
+    return pd.concat(frames, ignore_index=True), stores
 
 
 def summarize(frame: pd.DataFrame, task_name: str, fleet_name: str) -> pd.DataFrame:
@@ -260,13 +297,10 @@ def main() -> None:
     task_names = [t for t in args.tasks.split(",") if t]
     budget = {"linear": 600.0 if args.quick else 3000.0, "neural": 300.0 if args.quick else 1500.0}
     cases = [c for t in task_names for c in cases_for(t, seeds, budget[t])]
-    executor = "inline" if args.workers == 1 else "processes"
-    out = sweep(cases, store=args.store, executor=executor, workers=args.workers, progress=False)
-    print(out.summary())
-    frame = out.frame
+    frame, stores = run_catalogue(cases, Path(args.store), args.workers, report=not args.quick)
     tables = [summarize(frame, t, f) for t in task_names for f in ("tiered", "lognormal")]
     table = pd.concat(tables, ignore_index=True)
-    shares = tier_shares(out.store, frame, cases)
+    shares = tier_shares(stores, frame, cases)
     table = table.merge(shares, on=["task", "fleet", "policy"], how="left")
     table["claim"] = table["policy"].map(CLAIMS)
     table["seen_here"] = table.apply(verdict, axis=1)

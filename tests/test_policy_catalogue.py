@@ -6,8 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import simfl
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import policy_catalogue as cat
 
@@ -22,9 +20,8 @@ def small(tmp_path_factory):
         for c in cat.cases_for("linear", seeds=1, max_time=400.0)
         if c.labels["fleet"] == "tiered" and c.labels["policy"] in SUBSET
     ]
-    out = simfl.sweep(cases, store=tmp_path_factory.mktemp("cat") / "s", progress=False)
-    assert not out.failed
-    return cases, out
+    frame, stores = cat.run_catalogue(cases, tmp_path_factory.mktemp("cat"), 1, report=False)
+    return cases, frame, stores[("linear", "tiered")], stores
 
 
 def test_every_claimed_policy_is_in_the_catalogue():
@@ -46,12 +43,12 @@ def test_tiers_of_the_fleets():
 
 
 def test_tier_shares_equal_a_count_by_hand(small):
-    cases, out = small
-    frame = out.frame
-    shares = cat.tier_shares(out.store, frame, cases)
+    cases, frame, store, stores = small
+    assert set(frame["policy"]) == set(SUBSET)
+    shares = cat.tier_shares(stores, frame, cases)
     group = cat.tiered_fleet(1.0).group
     for run_id, policy in frame[["run_id", "policy"]].drop_duplicates().itertuples(index=False):
-        jobs = out.store.clients(run_id)
+        jobs = store.clients(run_id)
         arrived = jobs[jobs["status"].astype(str) == "arrived"]["device"].to_numpy()
         n = [int(np.sum(group[arrived] == t)) for t in range(3)]
         row = shares[shares["policy"] == policy].iloc[0]
@@ -60,13 +57,13 @@ def test_tier_shares_equal_a_count_by_hand(small):
     # wait-all aggregates every selected job (no dropouts on this fleet): its shares are the
     # shares of its selections
     wa = frame[frame["policy"] == "wait-all"]["run_id"].iloc[0]
-    jobs = out.store.clients(wa)
+    jobs = store.clients(wa)
     assert set(jobs["status"].astype(str)) <= {"arrived", "cancelled"}
 
 
 def test_speedups_are_ratios_of_the_times(small):
-    _, out = small
-    table = cat.summarize(out.frame, "linear", "tiered")
+    _, frame, _, _ = small
+    table = cat.summarize(frame, "linear", "tiered")
     times = dict(zip(table["policy"], table["mean_time"], strict=True))
     for row in table.itertuples(index=False):
         if np.isfinite(times["wait-all"]) and np.isfinite(row.mean_time):
@@ -82,8 +79,8 @@ def test_speedups_are_ratios_of_the_times(small):
 
 
 def test_partial_work_keeps_slow_updates_that_the_deadline_drops(small):
-    cases, out = small
-    shares = cat.tier_shares(out.store, out.frame, cases).set_index("policy")
+    cases, frame, _, stores = small
+    shares = cat.tier_shares(stores, frame, cases).set_index("policy")
     # same deadline and cohorts: a plain deadline loses the slow tier's jobs (Exp(15 s) per
     # job: P(job <= 4 s) ~ 0.23); partial work keeps whoever fits one of 5 steps (~0.73)
     assert shares.loc["partial-work", "share_slow"] > shares.loc["deadline", "share_slow"]
