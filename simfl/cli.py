@@ -15,9 +15,16 @@
     scenario. Exit status 1 if any run of the sweep failed.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
 ``[--by COLUMN] [--baseline NAME]``
-    Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``).
+    Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``). Runs
+    that cannot be read are left out, one line each.
 ``simfl show DIR``
-    Print the summary of a saved results directory, or of the runs of a store.
+    Print the summary of a saved results directory, or of the runs of a store (and a line per
+    run that cannot be read).
+``simfl store check DIR [--repair]``
+    List the runs of a store that cannot be read (a missing or cut-short ``run.json``,
+    ``meta.json`` or Parquet file), with the reason; ``--repair`` moves them into
+    ``DIR/.quarantine/`` so that the next sweep runs them again. Exit status 1 if an unreadable
+    run is left in place.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import argparse
 import dataclasses
 import importlib.util
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +43,7 @@ from simfl.results import Results
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case
-from simfl.sweeps.store import Store
+from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning
 
 __all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target", "parser"]
 
@@ -218,38 +226,74 @@ def _cmd_report(args: argparse.Namespace) -> int:
     store = Store(args.store)
     target = parse_target(args.target) if args.target else None
     out = Path(args.out) if args.out else store.path / "report"
-    index = write_report(
-        store,
-        out,
-        metric=args.metric,
-        target=target,
-        run=args.run,
-        by=args.by,
-        baseline=args.baseline,
-    )
+    bad = store.check()
+    with warnings.catch_warnings():  # the unreadable runs are listed below instead
+        warnings.simplefilter("ignore", StoreWarning)
+        index = write_report(
+            store,
+            out,
+            metric=args.metric,
+            target=target,
+            run=args.run,
+            by=args.by,
+            baseline=args.baseline,
+        )
+    _print_bad(store, bad, "skipped")
     print(f"report     {index}  ({len(list(out.glob('*.png')))} figures)")
     return 0
 
 
+def _print_bad(store: Store, bad: list[BadRun], word: str) -> None:
+    """A line per unreadable run, and what to do about those still in place."""
+    for one in bad:
+        print(f"{'moved' if one.moved_to is not None else word:<10} {one}")
+    if any(one.moved_to is None for one in bad):
+        print(
+            f"           (simfl store check {store.path} --repair moves unreadable runs into "
+            f"{store.path / QUARANTINE}/; the next sweep runs them again)"
+        )
+
+
+def _cmd_store_check(args: argparse.Namespace) -> int:
+    store = Store(args.directory)
+    bad = store.check(repair=args.repair)
+    with warnings.catch_warnings():  # the unreadable runs are listed below instead
+        warnings.simplefilter("ignore", StoreWarning)
+        readable = len(store.records())
+    _print_bad(store, bad, "unreadable")
+    moved = sum(one.moved_to is not None for one in bad)
+    print(
+        f"store      {store.path}: {readable} readable runs, {len(bad) - moved} unreadable, "
+        f"{moved} moved aside"
+    )
+    return 1 if moved < len(bad) else 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     if (Path(args.directory) / "simfl-store.json").is_file():
-        runs = Store(args.directory).runs()
+        store = Store(args.directory)
+        bad = store.check()
+        with warnings.catch_warnings():  # the unreadable runs are listed below instead
+            warnings.simplefilter("ignore", StoreWarning)
+            runs = store.runs()
         counts = runs["status"].value_counts()
         print(
             f"store      {args.directory}: {len(runs)} runs, "
             + ", ".join(f"{int(counts.get(s, 0))} {s}" for s in ("done", "failed"))
+            + (f", {len(bad)} unreadable" if bad else "")
         )
         columns = [
             c for c in runs.columns if c not in ("error", "fingerprint", "started", "finished")
         ]
         print(runs[columns[: columns.index("n_rounds") + 1]].to_string(index=False))
+        _print_bad(store, bad, "unreadable")
         return 0
     print(Results.load(args.directory).summary())
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``simfl`` command (subcommands run, sweep, report, show)."""
+    """The argument parser of the ``simfl`` command (run, sweep, report, show, store check)."""
     parser = argparse.ArgumentParser(prog="simfl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a scenario file and save its results")
@@ -299,6 +343,18 @@ def parser() -> argparse.ArgumentParser:
     p_show = sub.add_parser("show", help="summarise a saved results directory or a store")
     p_show.add_argument("directory")
     p_show.set_defaults(func=_cmd_show)
+    p_store = sub.add_parser("store", help="check a results store")
+    store_sub = p_store.add_subparsers(dest="action", required=True)
+    p_check = store_sub.add_parser(
+        "check", help="list the runs that cannot be read; --repair moves them aside"
+    )
+    p_check.add_argument("directory", help="results store written by simfl sweep")
+    p_check.add_argument(
+        "--repair",
+        action="store_true",
+        help="move unreadable runs into DIR/.quarantine/ so that the next sweep runs them again",
+    )
+    p_check.set_defaults(func=_cmd_store_check)
     return parser
 
 

@@ -144,3 +144,20 @@ def test_top_level_stays_small():
     # the layout: subpackages for fleet, network, engine, policies, algorithms, tasks, neural,
     # sweeps and report; at most about 12 top-level modules (three of them README re-exports)
     assert len(top) <= 13, top
+
+
+def test_the_engine_knows_policy_families_not_policies():
+    """No concrete policy is a special case of the engine: it imports only the policy API."""
+    api = {"Policy", "SyncPolicy", "EdgePolicy", "TieredPolicy", "AsyncPolicy", "RoundPlan", "View"}
+    concrete = set(__import__("simfl.policies", fromlist=["__all__"]).__all__) - api
+    for name, path in _modules().items():
+        if not name.startswith("simfl.engine"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simfl.polic"):
+                assert node.module == "simfl.policies.base", (name, node.module)
+                assert {a.name for a in node.names} <= api, (name, [a.name for a in node.names])
+            if isinstance(node, ast.Name | ast.Attribute):
+                ident = node.id if isinstance(node, ast.Name) else node.attr
+                assert ident not in concrete, (name, ident)

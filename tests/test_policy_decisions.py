@@ -202,3 +202,26 @@ def test_an_empty_cohort_closes_the_round_at_once():
     # the clock cannot advance: the stall rule stops the run after the first empty round
     assert res.meta["stop_reason"] == "stalled" and len(res.rounds) == 1
     assert res.rounds["status"].iloc[0] == "empty" and len(res.clients) == 0
+
+
+def test_srpfl_observed_speeds_rank_by_mean_arrived_durations():
+    pol = policies.SRPFL(n0=2, rounds_per_stage=1, speeds="observed")
+    view = FakeView(n_devices=6, last_row={"train_loss": 1.0})
+    state = pol.start(view)
+    # stage 0: nothing observed, every device ties at 0: the first two of the pool by id
+    state, plan = pol.plan(state, view)
+    np.testing.assert_array_equal(plan.cohort, [0, 1])
+    # observe: device 0 took 5 s, device 1 arrived in 1 s; a dropped job teaches nothing
+    seen = outcome([ARRIVED, ARRIVED, DROPPED], [5.0, 1.0, 0.5], devices=[0, 1, 2])
+    state = pol.observe(state, seen, view)
+    np.testing.assert_array_equal(state.seen[0], [5.0, 1.0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(state.seen[1], [1, 1, 0, 0, 0, 0])
+    # stage 1 (4 participants): the unobserved 2-5 rank first (mean 0), then 1 (1 s), then 0
+    view.round = 1
+    state, plan = pol.plan(state, view)
+    np.testing.assert_array_equal(plan.cohort, [2, 3, 4, 5])
+    # a second observation of device 0 averages: (5 + 3) / 2 = 4 s
+    state = pol.observe(state, outcome([ARRIVED], [3.0], devices=[0]), view)
+    assert state.seen[0][0] / state.seen[1][0] == 4.0
+    with pytest.raises(ValueError, match=r"SRPFL\.speeds"):
+        policies.SRPFL(speeds="guess")

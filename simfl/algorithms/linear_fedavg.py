@@ -12,6 +12,15 @@ clients hold ``m`` samples). With ``local_steps=1`` this is FedSGD. Evaluation u
 model for every client (no fine-tuning) by default; ``evaluate_heads="refit"`` instead refits
 each evaluated client's head on its own samples for the learned ``B`` (ridge 1e-5), which is how
 the FedRep paper scores FedSGD in its Figure 1. Work is ``local_steps`` units per round.
+
+Partial work (``partial_work``): a client that did only ``tau_i <= local_steps`` of its steps
+(a deadline round with :class:`~simfl.policies.RoundPlan` ``partial``) sends the model after
+those steps. ``aggregation="fednova"`` then averages the normalised updates (Wang, Liu, Liang,
+Joshi, Poor, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
+Optimization", NeurIPS 2020, Eq. 6 with plain SGD, so ``a_i`` has ``||a_i||_1 = tau_i``):
+``x <- x - tau_eff * mean_i((x - x_i) / tau_i)`` with ``tau_eff = mean_i tau_i`` (equal weights:
+every client holds ``m`` samples). The default ``"mean"`` is FedAvg's plain average, which
+over-weights the clients that did more steps (the objective inconsistency FedNova removes).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from simfl.algorithms._linear import (
     solve_heads,
 )
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.fednova import fednova, local_steps_done
 from simfl.network import Payload, nbytes
 from simfl.outcome import Outcome
 from simfl.rng import Streams
@@ -65,6 +75,8 @@ class FedAvg(Algorithm[FedAvgState]):
         Clients in the method-of-moments estimate when ``init="mom"`` (``None``: all).
     evaluate_heads
         ``"shared"`` (the FedAvg model as is) or ``"refit"`` (each client refits its head).
+    aggregation
+        ``"mean"`` (FedAvg) or ``"fednova"`` (normalised averaging, see the module docstring).
     """
 
     step_size: float = 0.1
@@ -72,14 +84,17 @@ class FedAvg(Algorithm[FedAvgState]):
     init: str = "random"
     init_clients: int | None = None
     evaluate_heads: str = "shared"
+    aggregation: str = "mean"
 
     name: ClassVar[str] = "FedAvg"
+    partial_work: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_real("FedAvg.step_size", self.step_size, low=0.0, low_open=True)
         check_int("FedAvg.local_steps", self.local_steps, low=1)
         check_init("FedAvg", self.init, self.init_clients)
         check_choice("FedAvg.evaluate_heads", self.evaluate_heads, ("shared", "refit"))
+        check_choice("FedAvg.aggregation", self.aggregation, ("mean", "fednova"))
 
     def check(self, task: Task | None) -> None:  # noqa: D102
         check_linear_task("FedAvg", task)
@@ -104,6 +119,28 @@ class FedAvg(Algorithm[FedAvgState]):
         round: int,
         streams: Streams,
     ) -> Updates:
+        return self._train(state, data, clients, round, None)
+
+    def partial_updates(  # noqa: D102
+        self,
+        state: FedAvgState,
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        round: int,
+        streams: Streams,
+        work: NDArray[np.float64],
+    ) -> Updates:
+        return self._train(state, data, clients, round, np.asarray(work, dtype=np.int64))
+
+    def _train(
+        self,
+        state: FedAvgState,
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        round: int,
+        steps: NDArray[np.int64] | None,
+    ) -> Updates:
+        """``local_steps`` joint steps per client (client ``i`` stops after ``steps[i]``)."""
         x, y = data.train_batch(clients, round)
         m = data.samples_per_client
         c = clients.size
@@ -118,12 +155,24 @@ class FedAvg(Algorithm[FedAvgState]):
             xtr = x.transpose(0, 2, 1) @ residual[:, :, None]  # (C, d, 1)
             grad_w = (xb.transpose(0, 2, 1) @ residual[:, :, None])[:, :, 0] / m
             grad_b = (xtr @ w[:, None, :]) / m
-            b = b - self.step_size * grad_b
-            w = w - self.step_size * grad_w
+            if steps is None:
+                b = b - self.step_size * grad_b
+                w = w - self.step_size * grad_w
+            else:  # clients past their steps keep their model
+                on = steps > step
+                b = np.where(on[:, None, None], b - self.step_size * grad_b, b)
+                w = np.where(on[:, None], w - self.step_size * grad_w, w)
         return Updates(clients.astype(np.int64), {"representation": b, "head": w}, loss=loss)
 
-    def aggregate(self, state: FedAvgState, updates: Updates, outcome: Outcome) -> FedAvgState:  # noqa: D102
+    def aggregate(self, state: FedAvgState, updates: Updates, outcome: Outcome) -> FedAvgState:
+        """The mean of the clients' models, or FedNova's normalised average."""
         params = updates.params
+        if self.aggregation == "fednova":
+            tau = local_steps_done(outcome, self.local_steps)
+            return FedAvgState(
+                fednova(state.representation, params["representation"], tau),
+                fednova(state.head, params["head"], tau),
+            )
         return FedAvgState(
             np.mean(params["representation"], axis=0), np.mean(params["head"], axis=0)
         )

@@ -24,7 +24,12 @@ Departures and choices, each a parameter:
 * Evaluation fits each evaluated client's head on that client's own samples for the current
   representation (exact least squares), then measures its test error.
 
-Work is one unit per round (one exact head solve and one gradient step over ``m`` samples).
+Work is one unit per representation step (one exact head solve and ``local_steps`` gradient
+steps over ``m`` samples; the paper's Algorithm 2 takes one, ``local_steps=1``, the default).
+With ``local_steps > 1`` the head stays fixed at its exact solution while ``B`` takes several
+steps (an extension, not in the paper), so partial work (``partial_work``) can stop a client
+after any whole number of them; ``aggregation="fednova"`` then averages the normalised moves
+of ``B`` (:mod:`simfl.algorithms.fednova`) before the QR.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_real
+from simfl._checks import check_choice, check_int, check_real
 from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
@@ -43,6 +48,7 @@ from simfl.algorithms._linear import (
     solve_heads,
 )
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.fednova import fednova, local_steps_done
 from simfl.network import Payload, nbytes
 from simfl.outcome import Outcome
 from simfl.rng import Streams
@@ -75,18 +81,31 @@ class FedRep(Algorithm[FedRepState]):
         Number of clients in the method-of-moments estimate (``None``: all).
     orthonormalize
         Orthonormalise the averaged representation (paper: yes; FedRep notebook: no).
+    local_steps
+        Gradient steps on ``B`` per round with the exact head fixed (>= 1; paper: 1).
+    aggregation
+        ``"mean"`` (the paper) or ``"fednova"`` (normalised moves, for partial work).
     """
 
     step_size: float = 0.25
     init: str = "mom"
     init_clients: int | None = None
     orthonormalize: bool = True
+    local_steps: int = 1
+    aggregation: str = "mean"
 
     name: ClassVar[str] = "FedRep"
+    partial_work: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_real("FedRep.step_size", self.step_size, low=0.0, low_open=True)
         check_init("FedRep", self.init, self.init_clients)
+        if not isinstance(self.orthonormalize, bool):
+            raise ValueError(
+                f"FedRep.orthonormalize must be True or False, got {self.orthonormalize!r}"
+            )
+        check_int("FedRep.local_steps", self.local_steps, low=1)
+        check_choice("FedRep.aggregation", self.aggregation, ("mean", "fednova"))
 
     def check(self, task: Task | None) -> None:  # noqa: D102
         check_linear_task("FedRep", task)
@@ -99,6 +118,10 @@ class FedRep(Algorithm[FedRepState]):
         size = nbytes(state.representation)
         return Payload(down=size, up=size)
 
+    def work(self, state: FedRepState, clients: NDArray[np.int64]) -> NDArray[np.float64]:
+        """One unit per representation step (``local_steps``)."""
+        return np.full(clients.shape, float(self.local_steps))
+
     def local_updates(  # noqa: D102
         self,
         state: FedRepState,
@@ -107,23 +130,55 @@ class FedRep(Algorithm[FedRepState]):
         round: int,
         streams: Streams,
     ) -> Updates:
+        return self._train(state, data, clients, round, None)
+
+    def partial_updates(  # noqa: D102
+        self,
+        state: FedRepState,
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        round: int,
+        streams: Streams,
+        work: NDArray[np.float64],
+    ) -> Updates:
+        return self._train(state, data, clients, round, np.asarray(work, dtype=np.int64))
+
+    def _train(
+        self,
+        state: FedRepState,
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        round: int,
+        steps: NDArray[np.int64] | None,
+    ) -> Updates:
+        """Exact heads, then ``local_steps`` steps on ``B`` (client ``i``: ``steps[i]`` of them)."""
         b = state.representation
         x, y = data.train_batch(clients, round)
         heads = solve_heads(x, y, b)
+        m = data.samples_per_client
         residual = (x @ (b @ heads.T).T[:, :, None])[:, :, 0] - y  # (C, m)
+        loss = 0.5 * np.mean(residual**2, axis=1)
         xtr = x.transpose(0, 2, 1) @ residual[:, :, None]  # (C, d, 1)
-        grad = (xtr @ heads[:, None, :]) / data.samples_per_client  # (C, d, k)
-        return Updates(
-            clients.astype(np.int64),
-            {"representation": b[None, :, :] - self.step_size * grad, "head": heads},
-            loss=0.5 * np.mean(residual**2, axis=1),
-        )
+        grad = (xtr @ heads[:, None, :]) / m  # (C, d, k)
+        bs = b[None, :, :] - self.step_size * grad
+        for step in range(1, self.local_steps):
+            residual = ((x @ bs) @ heads[:, :, None])[:, :, 0] - y
+            grad = ((x.transpose(0, 2, 1) @ residual[:, :, None]) @ heads[:, None, :]) / m
+            if steps is None:
+                bs = bs - self.step_size * grad
+            else:  # clients past their steps keep their representation
+                bs = np.where((steps > step)[:, None, None], bs - self.step_size * grad, bs)
+        return Updates(clients.astype(np.int64), {"representation": bs, "head": heads}, loss=loss)
 
     def aggregate(self, state: FedRepState, updates: Updates, outcome: Outcome) -> FedRepState:
-        """Average the clients' representations, then orthonormalise (``with_shared``)."""
-        return self.with_shared(
-            state, {"representation": np.mean(updates.params["representation"], axis=0)}
-        )
+        """Average the clients' representations (or FedNova's), then orthonormalise."""
+        reps = updates.params["representation"]
+        if self.aggregation == "fednova":
+            tau = local_steps_done(outcome, self.local_steps)
+            return self.with_shared(
+                state, {"representation": fednova(state.representation, reps, tau)}
+            )
+        return self.with_shared(state, {"representation": np.mean(reps, axis=0)})
 
     def shared(self, state: FedRepState) -> dict[str, Array]:  # noqa: D102
         return {"representation": state.representation}

@@ -7,7 +7,9 @@ arrays by name) and the matching ``params`` of the :class:`~simfl.algorithms.Upd
 
 * :class:`SequentialMix` (FedAsync): every update in turn, ``x <- (1 - a_i) x + a_i x_i``;
 * :class:`BufferedMix` (FedBuff): ``x <- x + scale * sum_i w_i (x_i - base_i)``, where
-  ``base_i`` is the server's parameters at the version update ``i`` was computed from.
+  ``base_i`` is the server's parameters at the version update ``i`` was computed from;
+* :class:`GroupMix` (semi-asynchronous tiers, FedAT): ``x <- sum_g w_g x_g`` over the latest
+  model ``x_g`` of every group.
 
 No SimPy and no policy state: pure numpy, so the mixes are tested on hand-computed values.
 """
@@ -23,7 +25,7 @@ from numpy.typing import NDArray
 
 from simfl.algorithms.base import Updates
 
-__all__ = ["BufferedMix", "SequentialMix", "Shared"]
+__all__ = ["BufferedMix", "GroupMix", "SequentialMix", "Shared"]
 
 #: Server-side parameters by name (what ``Algorithm.shared`` returns).
 Shared = dict[str, NDArray[Any]]
@@ -79,3 +81,24 @@ class BufferedMix:
             delta = sum(w[i] * (params[k][i] - bases[i][k]) for i in range(w.size))
             out[k] = x + self.scale * delta
         return out
+
+
+@dataclass(frozen=True, eq=False)
+class GroupMix:
+    """The weighted sum of the groups' latest models: ``x <- sum_g w_g x_g``.
+
+    Attributes
+    ----------
+    weights
+        ``w_g`` of each group (summing to 1).
+    """
+
+    weights: NDArray[np.float64]
+
+    def apply(self, models: Sequence[Shared]) -> Shared:
+        """The mix of ``models`` (one per group, in group order) with :attr:`weights`."""
+        w = self.weights
+        if len(models) != w.size:
+            raise ValueError(f"GroupMix: {w.size} weights for {len(models)} group models")
+        used = [g for g in range(w.size) if w[g] != 0.0]
+        return {k: sum(w[g] * models[g][k] for g in used) for k in models[0]}

@@ -26,8 +26,9 @@ class TimingOnly(Algorithm[None]):
 
     Parameters
     ----------
-    work
-        Work units per job (> 0); compute time is ``work`` times the device's draw.
+    work_units
+        Work units per job (> 0); compute time is ``work_units`` times the device's draw.
+        Under partial work a job stops after a whole number of units.
     bytes_down, bytes_up
         Payload sizes in bytes (>= 0).
     """
@@ -37,6 +38,7 @@ class TimingOnly(Algorithm[None]):
     bytes_up: int = 0
 
     name: ClassVar[str] = "timing-only"
+    partial_work: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_real("TimingOnly.work_units", self.work_units, low=0.0, low_open=True)
@@ -57,6 +59,17 @@ class TimingOnly(Algorithm[None]):
 
     def local_updates(  # noqa: D102
         self, state: None, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
+    ) -> Updates:
+        return Updates(clients.astype(np.int64), {})
+
+    def partial_updates(  # noqa: D102
+        self,
+        state: None,
+        data: Any,
+        clients: NDArray[np.int64],
+        round: int,
+        streams: Streams,
+        work: NDArray[np.float64],
     ) -> Updates:
         return Updates(clients.astype(np.int64), {})
 

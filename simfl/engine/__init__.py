@@ -10,7 +10,8 @@ returns :class:`~simfl.results.Results`.
   :mod:`~simfl.engine.live` and :mod:`~simfl.engine.links` are the live machinery
   (availability, max-min fair shared links).
 * :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds
-  through edge servers); :mod:`~simfl.engine.asynchronous` the asynchronous one.
+  through edge servers); :mod:`~simfl.engine.asynchronous` the asynchronous one;
+  :mod:`~simfl.engine.tiered` the semi-asynchronous one (synchronous within groups).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from simfl._checks import check_choice
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import RunContext
 from simfl.engine.sync import SyncLoop
-from simfl.policies.base import AsyncPolicy, SyncPolicy
+from simfl.engine.tiered import TieredLoop
+from simfl.policies.base import AsyncPolicy, SyncPolicy, TieredPolicy
 from simfl.results import Results
 from simfl.scenario import Scenario
 
@@ -111,19 +113,22 @@ def run(
     return ctx.recorder.results(meta, ctx.state)
 
 
-def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop:
+def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | TieredLoop:
     """The server loop of the scenario's policy family."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
         return AsyncLoop(ctx, policy)
+    if isinstance(policy, TieredPolicy):
+        return TieredLoop(ctx, policy)
     if isinstance(policy, SyncPolicy):
         return SyncLoop(ctx, policy)
     raise ValueError(  # pragma: no cover - Scenario accepts only these families
-        f"Scenario.policy must be a SyncPolicy, EdgePolicy or AsyncPolicy, got {policy!r}"
+        f"Scenario.policy must be a SyncPolicy, EdgePolicy, TieredPolicy or AsyncPolicy, got "
+        f"{policy!r}"
     )
 
 
-def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop) -> str:
+def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | TieredLoop) -> str:
     """Run the event loop until the server stops or the clock reaches ``max_time``.
 
     Returns the run's status. Nothing escapes with ``on_error="record"``: an exception anywhere

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ def close_aggregation(
     extra_bytes: tuple[float, float] | None = None,
     repeats: NDArray[np.int64] | None = None,
     partial: bool = False,
+    base: tuple[Any, int] | None = None,
+    combine: Callable[[Any, Outcome], Any] | None = None,
 ) -> Outcome:
     """Record the jobs of a synchronous round, aggregate the arrived ones, record the round.
 
@@ -39,11 +42,20 @@ def close_aggregation(
     repeated that often; ``partial`` whether the jobs did partial work (the algorithm computes
     each update from its job's work units). Returns the round's outcome, as the algorithm was
     told it, with the loss each arrived client reported.
+
+    ``base`` is the state and model version the jobs started from (default: the current state
+    and ``round``, a synchronous round); jobs are then recorded with that version as their
+    ``round`` and its distance to ``round`` as their staleness, and their data keyed by it.
+    ``combine(aggregated, outcome)`` turns the algorithm's aggregate of the updates on the base
+    state into the new server state (default: it is the new state; semi-asynchronous groups mix
+    it with the other groups' models).
     """
     accepted = status == ARRIVED
-    staleness = np.where(accepted, 0.0, math.nan)
+    base_state, version = (ctx.state, round) if base is None else base
+    lag = float(round - version)
+    staleness = np.where(accepted, lag, math.nan)
     b_down, b_up = ctx.record_jobs(
-        plan, status, t_end, round=round, stage=stage, staleness=staleness
+        plan, status, t_end, round=version, stage=stage, staleness=staleness
     )
     if extra_bytes is not None:
         b_down, b_up = b_down + extra_bytes[0], b_up + extra_bytes[1]
@@ -76,16 +88,16 @@ def close_aggregation(
         "n_cancelled": int(counts[CANCELLED]),
         "bytes_down": b_down,
         "bytes_up": b_up,
-        "staleness_mean": 0.0 if counts[ARRIVED] else math.nan,
+        "staleness_mean": lag if counts[ARRIVED] else math.nan,
     }
     if counts[ARRIVED]:
-        state = ctx.state
+        state = base_state
         told: list[Outcome] = []
 
         def compute() -> tuple[Any, Any]:
             alg = ctx.algorithm
             work = plan.work if partial else None
-            updates = ctx.updates(state, plan.devices, round, accepted, work)
+            updates = ctx.updates(state, plan.devices, version, accepted, work)
             seen = outcome
             if updates.loss is not None:
                 loss = np.full(n, math.nan)
@@ -94,8 +106,10 @@ def close_aggregation(
             told.append(seen)
             if repeats is not None and (repeats > 1).any():
                 updates = updates.repeat(repeats[accepted])
-            new = alg.background(alg.aggregate(state, updates, seen), ctx.data, seen)
-            return new, updates
+            new = alg.aggregate(state, updates, seen)
+            if combine is not None:
+                new = combine(new, seen)
+            return alg.background(new, ctx.data, seen), updates
 
         ctx.apply(row, compute)
         if told:

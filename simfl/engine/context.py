@@ -254,9 +254,7 @@ class RunContext:
         def part(i: int, j: int) -> Updates:
             if work is None:
                 return alg.local_updates(state, self.data, clients[i:j], key, self.streams)
-            return alg.partial_updates(
-                state, self.data, clients[i:j], key, self.streams, work[i:j]
-            )
+            return alg.partial_updates(state, self.data, clients[i:j], key, self.streams, work[i:j])
 
         if clients.size <= UPDATE_SLICE:
             if work is None:  # the common path, without slicing copies

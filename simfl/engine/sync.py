@@ -33,7 +33,7 @@ from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
 if TYPE_CHECKING:
     from simfl.engine.context import RunContext
 
-__all__ = ["RoundState", "SyncLoop"]
+__all__ = ["RoundState", "SyncLoop", "abandon_round", "play_round", "start_round"]
 
 
 class RoundState:
@@ -147,40 +147,19 @@ class SyncLoop:
     def _flat(self, decision: RoundPlan) -> Generator[Any, Any, Outcome]:
         """Play one round whose devices talk to the server directly."""
         ctx = self.ctx
-        env = ctx.env
         r = ctx.round
-        t0 = env.now
-        stage = decision.stage
-        cohort = decision.cohort
-        repeats = None
-        if not (cohort[1:] > cohort[:-1]).all():  # drawn twice: one job, two votes
-            cohort, repeats = np.unique(cohort, return_counts=True)
-        epoch = stage if decision.speed_epoch is None else decision.speed_epoch
-        plan = ctx.plan(cohort, key=r, stage=epoch)
-        if decision.partial:
-            if decision.deadline is None:
-                raise ValueError(
-                    f"{type(self.policy).__name__} planned partial work without a deadline: "
-                    f"RoundPlan.partial needs RoundPlan.deadline"
-                )
-            plan = fit_work(plan, t0, decision.deadline)
-        quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
-        rnd = RoundState(env, plan, quota, r, stage)
+        t0 = ctx.env.now
+        rnd, repeats = start_round(ctx, decision, r, self.policy)
         self.current = rnd
-        if plan.size == 0:  # an empty cohort: the round closes at once, empty
-            rnd.closed = True
-        elif ctx.batched:
-            yield from _batched_round(ctx, rnd, decision.deadline)
-        else:
-            yield from _process_round(ctx, rnd, decision.deadline)
+        yield from play_round(ctx, rnd, decision.deadline)
         self.current = None
         return close_aggregation(
             ctx,
-            plan,
+            rnd.plan,
             rnd.status,
             rnd.t_end,
             round=r,
-            stage=stage,
+            stage=decision.stage,
             t_start=t0,
             repeats=repeats,
             partial=decision.partial,
@@ -202,15 +181,58 @@ class SyncLoop:
         if rnd is None:
             return
         self.current = None
-        if rnd.schedule is not None:  # bring the event-free round's record up to now
-            t_res, arrives, order = rnd.schedule
-            if order is None:
-                order = np.argsort(t_res, kind="stable")
-            _settle(rnd, t_res, arrives, order, self.ctx.env.now)
-        received = rnd.status == ARRIVED
-        rnd.close(CANCELLED)
-        rnd.status[received] = CANCELLED  # received but never aggregated
-        self.ctx.record_jobs(rnd.plan, rnd.status, rnd.t_end, round=rnd.round, stage=rnd.stage)
+        abandon_round(self.ctx, rnd)
+
+
+def abandon_round(ctx: RunContext, rnd: RoundState) -> None:
+    """Record a round still in flight at the end of the run, its jobs ``cancelled``."""
+    if rnd.schedule is not None:  # bring the event-free round's record up to now
+        t_res, arrives, order = rnd.schedule
+        if order is None:
+            order = np.argsort(t_res, kind="stable")
+        _settle(rnd, t_res, arrives, order, ctx.env.now)
+    received = rnd.status == ARRIVED
+    rnd.close(CANCELLED)
+    rnd.status[received] = CANCELLED  # received but never aggregated
+    ctx.record_jobs(rnd.plan, rnd.status, rnd.t_end, round=rnd.round, stage=rnd.stage)
+
+
+def start_round(
+    ctx: RunContext, decision: RoundPlan, key: int, policy: object
+) -> tuple[RoundState, NDArray[np.int64] | None]:
+    """Plan the jobs of ``decision`` starting now, keyed by ``key``; its round state and repeats.
+
+    A device listed several times runs one job whose update counts that many times (the
+    repeats); partial work fits each job's work units to the deadline.
+    """
+    cohort = decision.cohort
+    repeats = None
+    if not (cohort[1:] > cohort[:-1]).all():  # drawn twice: one job, two votes
+        cohort, repeats = np.unique(cohort, return_counts=True)
+    stage = decision.stage
+    epoch = stage if decision.speed_epoch is None else decision.speed_epoch
+    plan = ctx.plan(cohort, key=key, stage=epoch)
+    if decision.partial:
+        if decision.deadline is None:
+            raise ValueError(
+                f"{type(policy).__name__} planned partial work without a deadline: "
+                f"RoundPlan.partial needs RoundPlan.deadline"
+            )
+        plan = fit_work(plan, ctx.env.now, decision.deadline)
+    quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
+    return RoundState(ctx.env, plan, quota, key, stage), repeats
+
+
+def play_round(
+    ctx: RunContext, rnd: RoundState, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """Play a round's jobs until it closes (event-free where the playback is planned)."""
+    if rnd.plan.size == 0:  # an empty cohort: the round closes at once, empty
+        rnd.closed = True
+    elif ctx.batched:
+        yield from _batched_round(ctx, rnd, deadline)
+    else:
+        yield from _process_round(ctx, rnd, deadline)
 
 
 def _process_round(

@@ -208,6 +208,18 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
             state, shared=shared, local=local, local_average=average, round=state.round + 1
         )
 
+    def shared(self, state: NeuralState) -> dict[str, NDArray[Any]]:
+        """The server's parameters as float32 arrays (for asynchronous and tiered mixing)."""
+        return {name: p.numpy() for name, p in state.shared.items()}
+
+    def with_shared(self, state: NeuralState, shared: dict[str, NDArray[Any]]) -> NeuralState:
+        """``state`` with new server parameters (stored as float32 tensors)."""
+        params = {
+            name: torch.from_numpy(np.array(value, dtype=np.float32))
+            for name, value in shared.items()
+        }
+        return replace(state, shared=params)
+
     def evaluate(self, state: NeuralState, data: ClientImages) -> dict[str, float]:
         """Average local test accuracy and loss of the evaluated clients (test-size weighted)."""
         net = state.network

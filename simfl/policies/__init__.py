@@ -8,7 +8,8 @@ Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-select
 :class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients),
 :class:`Oort` (guided selection by statistical and system utility), :class:`TiFL` (one tier of
 similarly fast devices per round), :class:`FedCS` (greedy selection under a deadline).
-Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Hierarchical: :class:`EdgeAggregation` (edge
+Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Semi-asynchronous (synchronous within speed
+tiers, asynchronous across them): :class:`FedAT`. Hierarchical: :class:`EdgeAggregation` (edge
 servers aggregate their devices before the cloud; needs a network with edges).
 """
 
@@ -20,6 +21,7 @@ from simfl.policies.base import (
     Policy,
     RoundPlan,
     SyncPolicy,
+    TieredPolicy,
     View,
     cohort_size,
     sample_uniform,
@@ -31,6 +33,7 @@ from simfl.policies.observed import Observations
 from simfl.policies.oort import Exploration, Oort, OortState, Pacer
 from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState
 from simfl.policies.sync import Deadline, FastestK, WaitAll
+from simfl.policies.tiered import FedAT, FedATState
 from simfl.policies.tifl import TiFL, TiFLState
 
 __all__ = [
@@ -44,6 +47,8 @@ __all__ = [
     "Exploration",
     "FastestK",
     "FedAsync",
+    "FedAT",
+    "FedATState",
     "FedBuff",
     "FedCS",
     "Observations",
@@ -57,6 +62,7 @@ __all__ = [
     "SyncPolicy",
     "TiFL",
     "TiFLState",
+    "TieredPolicy",
     "View",
     "WaitAll",
     "cohort_size",

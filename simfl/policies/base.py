@@ -7,7 +7,7 @@ dataclass of its parameters; whatever it learns while a run goes on lives in a *
 that the engine threads through its methods (state in, new state out), so one policy object
 can drive any number of runs.
 
-Three families, one loop each in the engine:
+Four families, one loop each in the engine:
 
 :class:`SyncPolicy`
     Synchronous rounds. ``start(view)`` gives the initial state; ``plan(state, view)`` returns
@@ -16,6 +16,11 @@ Three families, one loop each in the engine:
 :class:`EdgePolicy`
     Synchronous rounds aggregated at edge servers first; the plan also carries the edges'
     deadline. Needs a network with edge servers.
+:class:`TieredPolicy`
+    Semi-asynchronous: synchronous rounds within groups of devices (tiers), asynchronous
+    across groups. ``plan(state, view, group)`` decides a group's next round; when it closes,
+    the group's updates are aggregated into the group's model and the server mixes the latest
+    model of every group with :meth:`TieredPolicy.mixer`'s weights.
 :class:`AsyncPolicy`
     Asynchronous aggregation: how many jobs are in flight, which device starts next, how many
     arrivals make an aggregation, which updates are too stale, and the staleness weights of
@@ -35,7 +40,7 @@ from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
 from simfl.algorithms.base import Algorithm
-from simfl.algorithms.mixing import BufferedMix, SequentialMix
+from simfl.algorithms.mixing import BufferedMix, GroupMix, SequentialMix
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 
@@ -48,7 +53,10 @@ __all__ = [
     "Policy",
     "RoundPlan",
     "SyncPolicy",
+    "TieredPolicy",
     "View",
+    "check_bool",
+    "check_partial_work",
     "check_sampling",
     "cohort_size",
     "sample_uniform",
@@ -208,6 +216,63 @@ class EdgePolicy(SyncPolicy[S]):
     """
 
 
+def _check_mixable(policy: Policy, algorithm: Algorithm[Any]) -> None:
+    """Refuse an algorithm whose server-side parameters cannot be mixed (no shared())."""
+    cls = type(algorithm)
+    if cls.shared is Algorithm.shared or cls.with_shared is Algorithm.with_shared:
+        raise ValueError(
+            f"Scenario.algorithm {cls.__name__} does not support asynchronous policies such "
+            f"as {type(policy).__name__}: it must define shared() and with_shared()"
+        )
+
+
+class TieredPolicy(Policy, ABC, Generic[S]):
+    """Semi-asynchronous rounds: synchronous within groups of devices, asynchronous across.
+
+    Every group runs synchronous rounds one after another, each starting from the server's
+    model of the moment; the groups do not wait for each other. When a group's round closes
+    (quota, every job resolved, or the deadline, as for :class:`SyncPolicy`), the algorithm
+    aggregates the group's arrived updates from the model the round started from (its own
+    ``aggregate``): that is the group's new model. The server's model becomes the mix of the
+    latest model of every group (:meth:`mixer`; a group that has not reported yet counts with
+    the initial model), through the algorithm's ``shared`` / ``with_shared`` like the
+    asynchronous policies. Each group round is one aggregation (a ``rounds`` row whose
+    ``stage`` is the group index).
+
+    Subclasses implement :meth:`start`, :meth:`groups`, :meth:`plan` and :meth:`mixer`.
+    """
+
+    @abstractmethod
+    def start(self, view: View) -> S:
+        """The policy state before the first round (it fixes the groups)."""
+
+    @abstractmethod
+    def groups(self, state: S) -> int:
+        """Number of groups (each runs its own rounds)."""
+
+    @abstractmethod
+    def plan(self, state: S, view: View, group: int) -> tuple[S, RoundPlan]:
+        """The next round of ``group``: the new state and the decision (devices of the group).
+
+        An empty cohort means the group has nobody online: it waits until a device comes
+        online (or retires if none ever will).
+        """
+
+    def observe(self, state: S, outcome: Outcome, view: View, group: int) -> S:
+        """Learn from a finished round of ``group``; default: nothing."""
+        return state
+
+    @abstractmethod
+    def mixer(self, state: S, group: int) -> GroupMix:
+        """How the groups' latest models mix into the server's, once ``group`` has reported.
+
+        Called when a round of ``group`` is aggregated, before :meth:`observe` of that round.
+        """
+
+    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: D102
+        _check_mixable(self, algorithm)
+
+
 class AsyncPolicy(Policy, ABC):
     """Asynchronous aggregation (see :mod:`simfl.policies.asynchronous`).
 
@@ -231,12 +296,7 @@ class AsyncPolicy(Policy, ABC):
             )
 
     def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: D102
-        cls = type(algorithm)
-        if cls.shared is Algorithm.shared or cls.with_shared is Algorithm.with_shared:
-            raise ValueError(
-                f"Scenario.algorithm {cls.__name__} does not support asynchronous policies such "
-                f"as {type(self).__name__}: it must define shared() and with_shared()"
-            )
+        _check_mixable(self, algorithm)
 
     def pick(self, view: View, busy: NDArray[np.bool_], n_started: int) -> int | None:
         """The device the next job starts on: uniform among the idle online ones.
@@ -282,6 +342,21 @@ def cohort_size(owner: str, fraction: float | None, count: int | None, n_devices
         return count
     frac = 1.0 if fraction is None else fraction
     return max(math.floor(frac * n_devices + 1e-9), 1)
+
+
+def check_bool(field: str, value: object) -> None:
+    """Refuse anything but ``True`` or ``False`` for ``field``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{field} must be True or False, got {value!r}")
+
+
+def check_partial_work(field: str, algorithm: Algorithm[Any]) -> None:
+    """Refuse partial work (``field``) with an algorithm that cannot stop after any step."""
+    if not type(algorithm).partial_work:
+        raise ValueError(
+            f"{field}=True needs an algorithm that supports partial work (partial_work = True: "
+            f"linear FedAvg, linear FedRep, TimingOnly); {type(algorithm).__name__} does not"
+        )
 
 
 def check_sampling(owner: str, fraction: float | None, count: int | None) -> None:

@@ -21,9 +21,12 @@ Choices, each a parameter:
 * ``resample="stage"`` (the paper, default): a new pool is sampled at the start of each stage
   and its fastest members take part for the whole stage. ``resample="round"`` (the code): a new
   pool every round, sorted by that round's speeds.
-* Speeds are the planned job durations (download + compute + upload) of the round in which the
-  participants are chosen: an oracle, as in the code's ``simulated_running_time``. With zero
-  network cost this is the compute time ``T_i`` of the paper. Whether speeds are fixed, redrawn
+* ``speeds="oracle"`` (default): speeds are the planned job durations (download + compute +
+  upload) of the round in which the participants are chosen, as in the code's
+  ``simulated_running_time``. With zero network cost this is the compute time ``T_i`` of the
+  paper. ``speeds="observed"`` is what a real server can do: each device's mean duration over
+  its jobs that arrived so far, devices never observed counting as fastest (so every device
+  is tried once before it can be ranked slow). Whether speeds are fixed, redrawn
   per stage or per round is the fleet's ``redraw`` (the stage index it sees increases every time
   a pool is sampled).
 
@@ -126,6 +129,9 @@ class SRPFL(SyncPolicy["SRPFLState"]):
         ``"stage"``: a new pool each stage (paper); ``"round"``: each round (code).
     stage_rule
         An adaptive stage-stopping rule (:class:`Plateau`) instead of the fixed length.
+    speeds
+        ``"oracle"`` (planned durations, the code's choice) or ``"observed"`` (mean durations
+        of the device's arrived jobs; a server's view).
     """
 
     n0: int = 10
@@ -135,6 +141,7 @@ class SRPFL(SyncPolicy["SRPFLState"]):
     growth: float = 2.0
     resample: str = "stage"
     stage_rule: Plateau | None = None
+    speeds: str = "oracle"
 
     name: ClassVar[str] = "srpfl"
 
@@ -144,6 +151,7 @@ class SRPFL(SyncPolicy["SRPFLState"]):
         check_int("SRPFL.rounds_per_stage", self.rounds_per_stage, low=1)
         check_real("SRPFL.growth", self.growth, low=1.0, low_open=True)
         check_choice("SRPFL.resample", self.resample, ("stage", "round"))
+        check_choice("SRPFL.speeds", self.speeds, ("oracle", "observed"))
         if self.stage_rule is not None and not isinstance(self.stage_rule, Plateau):
             raise ValueError(f"SRPFL.stage_rule must be a Plateau or None, got {self.stage_rule!r}")
 
@@ -154,18 +162,37 @@ class SRPFL(SyncPolicy["SRPFLState"]):
         """Clients taking part at participation level ``level`` with a pool of ``pool``."""
         return min(math.ceil(self.n0 * self.growth**level - 1e-9), pool)
 
-    def fastest(self, view: View, pool: NDArray[np.int64], m: int, epoch: int) -> NDArray[np.int64]:
-        """The ``m`` fastest devices of ``pool`` by this round's planned job durations."""
+    def fastest(
+        self,
+        view: View,
+        pool: NDArray[np.int64],
+        m: int,
+        epoch: int,
+        seen: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+    ) -> NDArray[np.int64]:
+        """The ``m`` fastest devices of ``pool`` by their speeds (oracle or ``seen``).
+
+        ``seen`` holds every device's summed observed duration and count of arrived jobs
+        (``speeds="observed"``); unobserved devices rank first.
+        """
         if m >= pool.size:
             return pool
-        order = np.argsort(view.durations(pool, stage=epoch), kind="stable")[:m]
+        if seen is None:
+            speed = view.durations(pool, stage=epoch)
+        else:
+            total, count = seen
+            speed = np.where(count[pool] > 0, total[pool] / np.maximum(count[pool], 1), 0.0)
+        order = np.argsort(speed, kind="stable")[:m]
         return np.sort(pool[order])
 
     def start(self, view: View) -> SRPFLState:  # noqa: D102
         metric = "train_loss" if self.stage_rule is None else self.stage_rule.metric
         goal = "min" if metric == "train_loss" else view.goals[metric]
         n_pool = cohort_size("SRPFL", self.fraction, self.count, view.n_devices)
-        return SRPFLState(n_pool=n_pool, metric=metric, goal=goal)
+        seen = None
+        if self.speeds == "observed":
+            seen = (np.zeros(view.n_devices), np.zeros(view.n_devices))
+        return SRPFLState(n_pool=n_pool, metric=metric, goal=goal, seen=seen)
 
     def plan(self, state: SRPFLState, view: View) -> tuple[SRPFLState, RoundPlan]:  # noqa: D102
         cohort = state.cohort
@@ -173,7 +200,7 @@ class SRPFL(SyncPolicy["SRPFLState"]):
             key = view.round if self.resample == "round" else state.epoch
             pool = sample_uniform(key, view.online(), state.n_pool, view.streams)
             m = self.participants(state.level, state.n_pool)
-            cohort = self.fastest(view, pool, m, state.epoch)
+            cohort = self.fastest(view, pool, m, state.epoch, state.seen)
         elif view.online_mask() is not None:  # participants that went offline sit it out
             online = cohort[np.isin(cohort, view.online())]
             if online.size:
@@ -183,6 +210,12 @@ class SRPFL(SyncPolicy["SRPFLState"]):
 
     def observe(self, state: SRPFLState, outcome: Outcome, view: View) -> SRPFLState:
         """Count the round in its stage; move to the next stage when the stage is over."""
+        if state.seen is not None:  # learn the speeds of the devices whose jobs arrived
+            ok = outcome.arrived
+            total, count = state.seen[0].copy(), state.seen[1].copy()
+            np.add.at(total, outcome.devices[ok], outcome.durations[ok])
+            np.add.at(count, outcome.devices[ok], 1.0)
+            state = replace(state, seen=(total, count))
         history = (*state.history, float(view.last(state.metric)))
         in_stage = state.in_stage + 1
         if self.stage_rule is None:
@@ -222,6 +255,8 @@ class SRPFLState:
         The watched metric in each round of the stage.
     cohort
         The stage's participants (``None``: choose them in the next round).
+    seen
+        Summed durations and counts of each device's arrived jobs (``speeds="observed"``).
     """
 
     n_pool: int
@@ -232,3 +267,4 @@ class SRPFLState:
     in_stage: int = 0
     history: tuple[float, ...] = ()
     cohort: NDArray[np.int64] | None = None
+    seen: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None

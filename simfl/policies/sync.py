@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from simfl._checks import check_choice, check_int, check_real
+from simfl.algorithms.base import Algorithm
 from simfl.policies.base import (
     RoundPlan,
     SyncPolicy,
     View,
+    check_bool,
+    check_partial_work,
     check_sampling,
     cohort_size,
     sample_uniform,
@@ -93,25 +96,37 @@ class Deadline(SyncPolicy[None]):
         The deadline, in simulated seconds after the round starts (> 0).
     fraction, count
         Cohort size, as for :class:`WaitAll`.
+    partial
+        Partial work (FedProx's gamma-inexact solutions, Li et al., MLSys 2020): each device
+        does as many whole local steps as fit before the deadline instead of being late (see
+        :class:`~simfl.policies.RoundPlan`); a device that cannot fit one step is still late.
+        Needs an algorithm with ``partial_work`` (pair it with ``aggregation="fednova"`` where
+        the algorithm offers it, so unequal local work does not bias the model).
     """
 
     seconds: float
     fraction: float | None = None
     count: int | None = None
+    partial: bool = False
 
     name: ClassVar[str] = "deadline"
 
     def __post_init__(self) -> None:
         check_real("Deadline.seconds", self.seconds, low=0.0, low_open=True)
         check_sampling("Deadline", self.fraction, self.count)
+        check_bool("Deadline.partial", self.partial)
 
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("Deadline", self.fraction, self.count, n_devices)
 
+    def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: D102
+        if self.partial:
+            check_partial_work("Deadline.partial", algorithm)
+
     def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
         size = cohort_size("Deadline", self.fraction, self.count, view.n_devices)
         cohort = sample_uniform(view.round, view.online(), size, view.streams)
-        return None, RoundPlan(cohort, deadline=self.seconds)
+        return None, RoundPlan(cohort, deadline=self.seconds, partial=self.partial)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from simfl.report import figures
 from simfl.report.choose import Choice, Target, choose, speedups, target_table
-from simfl.sweeps.store import Store
+from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
 
@@ -100,6 +100,9 @@ def write_report(
 ) -> Path:
     """Write the figures and ``index.html`` of a store's finished runs; return the index path.
 
+    Runs that cannot be read (:meth:`simfl.Store.check`) are left out, with a
+    :class:`~simfl.sweeps.store.StoreWarning`, and listed on the page with the reason.
+
     Parameters
     ----------
     store
@@ -130,6 +133,7 @@ def write_report(
     matplotlib.use("Agg")
     store = store if isinstance(store, Store) else Store(store)
     folder = Path(out) if out is not None else store.path / "report"
+    bad = store.check()
     chosen = choose(store, metric=metric, target=target, run=run, by=by, baseline=baseline)
     folder.mkdir(parents=True, exist_ok=True)
     colours = figures.palette(chosen.series)
@@ -142,7 +146,7 @@ def write_report(
     table = _time_to_target(chosen, speed)
     table.to_csv(folder / "time_to_target.csv", index=False)
     index = folder / "index.html"
-    index.write_text("\n".join(_page(store, chosen, table, shown)) + "\n")
+    index.write_text("\n".join(_page(store, chosen, table, shown, bad)) + "\n")
     return index
 
 
@@ -237,8 +241,10 @@ def _job_figures(
     ]
 
 
-def _page(store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption]) -> list[str]:
-    """The lines of ``index.html``."""
+def _page(
+    store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption], bad: list[BadRun]
+) -> list[str]:
+    """The lines of ``index.html`` (``bad``: the runs left out because they cannot be read)."""
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
     where = html.escape(str(store.path))
@@ -247,7 +253,9 @@ def _page(store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>simfl report: {where}</title><style>{_CSS}</style></head><body>",
         f"<h1>simfl report: <code>{where}</code></h1>",
-        f"<p>{len(chosen.done)} finished runs, {len(failed)} failed: {len(chosen.series)} "
+        f"<p>{len(chosen.done)} finished runs, {len(failed)} failed"
+        + (f", {len(bad)} unreadable (left out, listed below)" if bad else "")
+        + f": {len(chosen.series)} "
         f"{html.escape(by)} values, fleet size{'s' * (len(sizes) > 1)} "
         f"{', '.join(map(str, sizes))} devices, {chosen.seeds_text}. Target: "
         f"<b>{tgt}</b> ({html.escape(chosen.target_note)}).</p>",
@@ -266,6 +274,16 @@ def _page(store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption
         last = failed["error"].map(lambda e: str(e).strip().splitlines()[-1] if e else "?")
         errors = failed[["run_id", "label", "seed"]].assign(error=last)
         page += ["<h2>Failed runs</h2>", _html_table(errors)]
+    if bad:
+        unreadable = pd.DataFrame(
+            {"run_id": [b.run_id for b in bad], "reason": [b.reason for b in bad]}
+        )
+        page += [
+            "<h2>Runs left out</h2><p>These run folders cannot be read. "
+            f"<code>simfl store check {where} --repair</code> moves them into "
+            f"<code>.quarantine/</code>; the next sweep runs them again.</p>",
+            _html_table(unreadable),
+        ]
     cols = ["run_id", "label", "seed", "status", "n_devices", "n_rounds", "sim_time"]
     cols += ["host_seconds", "simfl_version", "git_revision", "host", "finished"]
     page += ["<h2>Runs</h2>", _html_table(chosen.runs[cols].astype(object)), "</body></html>"]

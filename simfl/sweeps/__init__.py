@@ -5,15 +5,19 @@
 * :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
 * :mod:`simfl.sweeps.worker`: what an executor runs for one case;
 * :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`);
+* :mod:`simfl.sweeps.integrity`: how the store checks its files (:class:`StoreError`,
+  :class:`BadRun`);
 * :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
 """
 
 from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
 from simfl.sweeps.grid import Case, grid
+from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
 from simfl.sweeps.run import SweepOutcome, sweep
 from simfl.sweeps.store import MemoryStore, Store
 
 __all__ = [
+    "BadRun",
     "Case",
     "Dask",
     "Executor",
@@ -21,6 +25,8 @@ __all__ = [
     "MemoryStore",
     "Processes",
     "Store",
+    "StoreError",
+    "StoreWarning",
     "SweepOutcome",
     "grid",
     "make_executor",

@@ -10,8 +10,10 @@
 :func:`sweep` (``simfl.sweep``) runs every case on an executor (:mod:`simfl.sweeps.executors`);
 workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomically. Runs
 already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
-is stored as ``failed`` and the others go on. Without a store the results stay in memory.
-Runs are deterministic, so every executor gives bit-identical frames.
+is stored as ``failed`` and the others go on. Before it schedules anything, the sweep checks the
+store and moves unreadable runs aside (:meth:`simfl.Store.check`), so that they run again.
+Without a store the results stay in memory. Runs are deterministic, so every executor gives
+bit-identical frames.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tqdm.auto import tqdm
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case
-from simfl.sweeps.store import MemoryStore, Store
+from simfl.sweeps.store import BadRun, MemoryStore, Store
 from simfl.sweeps.worker import RunSpec, execute, git_revision, make_spec, record_of
 
 __all__ = ["SweepOutcome", "sweep"]
@@ -56,6 +58,10 @@ class SweepOutcome:
         The executor, in words.
     seconds
         Host seconds the call took.
+    repaired
+        Unreadable run folders the store check found before the sweep started, moved into
+        the store's ``.quarantine/`` (so they were run again), or left in place with the
+        reason they could not be moved.
     """
 
     run_ids: tuple[str, ...]
@@ -65,6 +71,7 @@ class SweepOutcome:
     store: Store
     executor: str
     seconds: float
+    repaired: tuple[BadRun, ...] = ()
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -90,6 +97,9 @@ class SweepOutcome:
                 f"store      {self.store.path}/  (simfl.Store({str(self.store.path)!r}).rounds(); "
                 f"figures: simfl report {self.store.path})"
             )
+        for bad in self.repaired:
+            word = "moved" if bad.moved_to is not None else "unreadable"
+            lines.append(f"{word:<10} {bad}")
         for run_id in self.failed:
             record = self.store.record(run_id) or {}
             error = str(record.get("error") or "?").strip().splitlines() or ["?"]
@@ -166,6 +176,7 @@ def sweep(
     specs = _specs(items, None if disk is None else str(disk.path.resolve()), retry_failed)
     memory = MemoryStore() if disk is None else None
     out: Store = disk if disk is not None else memory  # type: ignore[assignment]
+    repaired = tuple(disk.check(repair=True)) if disk is not None else ()
     stored = disk.status() if disk is not None else {}
     if disk is not None:
         disk.remove_stale_partials()
@@ -194,6 +205,7 @@ def sweep(
         out,
         described,
         time.perf_counter() - started,
+        repaired,
     )
 
 

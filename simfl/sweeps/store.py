@@ -4,21 +4,43 @@ Layout::
 
     STORE/
       simfl-store.json                 marks the directory as a store (format version)
-      runs/<run_id>/run.json           provenance: labels, seed, fingerprint, status, error, ...
+      runs/<run_id>/run.json           provenance: labels, seed, fingerprint, status, error,
+                                       the byte sizes of the files below, ...
       runs/<run_id>/rounds.parquet     the run's Results (Results.save layout; absent when the
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
       runs/<run_id>/meta.json
+      .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
 
 A run is written into a hidden ``runs/.partial-...`` directory and renamed to
 ``runs/<run_id>`` in one step, so a run directory that exists is complete: a sweep killed at any
 moment loses at most the runs in flight and never leaves a half-written run behind. If two
 workers finish the same run (a Dask task re-run after its worker was lost), the second rename
-fails and its copy is discarded, so every run is stored exactly once.
+fails and its copy is discarded, so every run is stored exactly once. Files get the permissions
+of ordinary files (``0o666`` less the umask: ``0o644`` under the usual umask ``022``), so that
+others sharing a store can read it.
+
+**The store checks itself** (:mod:`simfl.sweeps.integrity`). A file that cannot be read raises
+:class:`~simfl.sweeps.integrity.StoreError`, whose message starts with the file's path. A run
+folder whose ``run.json``, ``meta.json`` or Parquet files are missing, cut short or unreadable
+is left out of :meth:`Store.records`, :meth:`~Store.runs`, :meth:`~Store.rounds` and
+:meth:`~Store.clients` with a :class:`~simfl.sweeps.integrity.StoreWarning` that names it;
+:meth:`Store.check` lists such runs, and with ``repair=True`` moves them into
+``.quarantine/`` so that the next sweep runs them again (every sweep does this before it
+starts, and ``simfl store check DIR --repair`` does it from the shell).
+
+The marker ``simfl-store.json`` is never rewritten: if it is unreadable, opening the store
+raises a one-line :class:`~simfl.sweeps.integrity.StoreError` naming it and what it should
+hold. Repairing it is not provably safe (an empty or cut-short marker does not say which
+format the store has, and a store of another format must not be read as this one), so the
+user restores it. Creating a store is safe when several processes create the same new store at
+once: the marker is written to a private file and hard-linked into place, which fails if
+another process got there first, and a store that appears meanwhile is opened, not refused.
 
 >>> # store = Store("runs/sweep")
 >>> # store.rounds()          # tidy rounds of every finished run (pandas / seaborn)
 >>> # store.runs()            # one row of provenance per run
 >>> # store.clients(run_id)   # the device jobs of one run
+>>> # store.check()           # the runs that cannot be read, and why
 """
 
 from __future__ import annotations
@@ -30,7 +52,10 @@ import os
 import shutil
 import socket
 import uuid
+import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +63,27 @@ import pandas as pd
 
 from simfl.compare import collect
 from simfl.results import Results
+from simfl.sweeps.integrity import (
+    MARKER,
+    BadRun,
+    StoreError,
+    StoreWarning,
+    bad_run,
+    check_marker,
+    create_store,
+    file_sizes,
+    match_mode,
+    read_json,
+    read_run,
+)
 
-__all__ = ["STATUSES", "MemoryStore", "Store"]
+__all__ = ["QUARANTINE", "STATUSES", "BadRun", "MemoryStore", "Store", "StoreError", "StoreWarning"]
 
-FORMAT = 1
-_MARKER = "simfl-store.json"
 #: Status of a stored run: ``done`` (the run ended normally) or ``failed`` (it raised, recorded
 #: an error, or its worker was lost; ``error`` says why).
 STATUSES = ("done", "failed")
+#: The folder of a store that unreadable runs are moved into.
+QUARANTINE = ".quarantine"
 _PARTIAL = ".partial-"
 #: Provenance columns that legitimately differ between two executions of the same run.
 VOLATILE = ("started", "finished", "host", "host_seconds", "git_revision", "simfl_version")
@@ -59,55 +97,78 @@ class Store:
     path
         The store directory.
     create
-        Create the store if ``path`` does not exist or is an empty directory.
+        Create the store if ``path`` does not exist or is an empty directory (several
+        processes may create the same store at once).
 
     Raises
     ------
     ValueError
         If ``path`` is not a store (and ``create`` is false, or it is a non-empty directory
         that is not a store).
+    StoreError
+        If the marker ``simfl-store.json`` cannot be read or has another format (a
+        ``ValueError`` naming the file).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
         self.path = Path(path)
-        marker = self.path / _MARKER
-        if not marker.is_file():
-            empty = not self.path.exists() or (self.path.is_dir() and not any(self.path.iterdir()))
-            if not create:
-                raise ValueError(f"{self.path} is not a simfl results store (no {_MARKER})")
-            if not empty:
-                raise ValueError(
-                    f"store {self.path} must be an empty or new directory, or an existing simfl "
-                    f"store; it holds other files"
-                )
-            (self.path / "runs").mkdir(parents=True, exist_ok=True)
-            text = json.dumps({"format": FORMAT, "kind": "simfl results store"}) + "\n"
-            _write_atomic(marker, text)
-        fmt = json.loads(marker.read_text()).get("format")
-        if fmt != FORMAT:
-            raise ValueError(f"store {self.path} has format {fmt!r}; this simfl reads {FORMAT}")
         self.runs_dir = self.path / "runs"
+        marker = self.path / MARKER
+        if create and not marker.exists():
+            create_store(self.path)
+        if not marker.exists():
+            raise ValueError(f"{self.path} is not a simfl results store (no {MARKER})")
+        check_marker(marker)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}: {len(self.records())} runs)"
 
     # ----------------------------------------------------------------- reading
     def records(self) -> list[dict[str, Any]]:
-        """The ``run.json`` of every stored run, ordered by sweep position, then run id."""
-        out = []
-        for entry in self.runs_dir.iterdir():
-            record = self.record(entry.name) if not entry.name.startswith(".") else None
-            if record is not None:
-                out.append(record)
-        return sorted(out, key=lambda r: (r.get("position", 0), r["run_id"]))
+        """The ``run.json`` of every readable run, ordered by sweep position, then run id.
+
+        Runs that cannot be read are left out with a :class:`StoreWarning` naming them.
+        """
+        good, bad = self._scan()
+        self._warn(bad)
+        return sorted(good, key=lambda r: (r.get("position", 0), r["run_id"]))
 
     def record(self, run_id: str) -> dict[str, Any] | None:
-        """The provenance of one run, or ``None`` if it is not stored."""
-        try:
-            record: dict[str, Any] = json.loads((self.runs_dir / run_id / "run.json").read_text())
-        except FileNotFoundError:
+        """The provenance of one run, or ``None`` if it is not stored.
+
+        Raises
+        ------
+        StoreError
+            If the run's folder exists but the run cannot be read (naming the file).
+        """
+        folder = self.runs_dir / run_id
+        if not os.path.lexists(folder):
             return None
-        return record
+        return read_run(folder)
+
+    def check(self, repair: bool = False) -> list[BadRun]:
+        """The run folders that cannot be read, and why; with ``repair``, moved aside.
+
+        A folder is moved to ``.quarantine/<run_id>-<UTC time>/`` (never deleted), so the
+        next sweep runs it again. A folder that is gone or readable by the time it would be
+        moved (another process repaired or replaced it) is not listed.
+
+        Parameters
+        ----------
+        repair
+            Move the unreadable runs aside. Those that cannot be moved (permissions, ...)
+            are listed with ``moved_to=None`` and the reason.
+
+        Returns
+        -------
+        list of BadRun
+            One per unreadable run folder, by folder name.
+        """
+        _, bad = self._scan()
+        if not repair:
+            return bad
+        moved = (self._quarantine(b) for b in bad)
+        return [b for b in moved if b is not None]
 
     def status(self) -> dict[str, str]:
         """``{run_id: status}`` of every stored run."""
@@ -127,18 +188,24 @@ class Store:
         Columns ``label`` (scenario name) and ``seed``, the rounds of each run preceded by its
         initial row (``round=-1``, ``time=0``, see :func:`simfl.compare.collect`), one column
         per grid label and ``run_id``. Only ``done`` runs unless ``failed=True`` (failed runs
-        that recorded rows up to their error).
+        that recorded rows up to their error). Runs that cannot be read are left out with a
+        :class:`StoreWarning`.
         """
-        frames = []
+        frames, bad = [], []
         for record in self._select(run_ids):
             if record["status"] != "done" and not (failed and record.get("has_results")):
                 continue
-            res = Results(
-                self._table(record["run_id"], "rounds"), pd.DataFrame(), self._meta(record)
+            try:
+                rows, meta = self._table(record["run_id"], "rounds"), self._meta(record)
+            except StoreError as exc:
+                bad.append(bad_run(self.runs_dir / record["run_id"], exc))
+                continue
+            frame = collect(
+                {record["name"]: [Results(rows, pd.DataFrame(), meta)]}, **_axes(record)
             )
-            frame = collect({record["name"]: [res]}, **_axes(record))
             frame["run_id"] = record["run_id"]
             frames.append(frame)
+        self._warn(bad)
         if not frames:
             raise ValueError(f"{self} has no finished runs to read")
         return pd.concat(frames, ignore_index=True)
@@ -146,27 +213,44 @@ class Store:
     def clients(self, run_ids: str | Sequence[str] | None = None) -> pd.DataFrame:
         """Device jobs (``Results.clients``) of finished runs (all, or the ones given).
 
-        ``label``, ``seed``, the grid labels and ``run_id`` come first.
+        ``label``, ``seed``, the grid labels and ``run_id`` come first. Runs that cannot be
+        read are left out with a :class:`StoreWarning`.
         """
         ids = [run_ids] if isinstance(run_ids, str) else run_ids
-        frames = []
+        frames, bad = [], []
         for record in self._select(ids):
             if record["status"] != "done":
                 continue
-            jobs = self._table(record["run_id"], "clients")
+            try:
+                jobs = self._table(record["run_id"], "clients")
+            except StoreError as exc:
+                bad.append(bad_run(self.runs_dir / record["run_id"], exc))
+                continue
             front = {"label": record["name"], "seed": record["seed"], **_axes(record)}
             for i, (k, v) in enumerate({**front, "run_id": record["run_id"]}.items()):
                 jobs.insert(i, k, v)
             frames.append(jobs)
+        self._warn(bad)
         if not frames:
             raise ValueError(f"{self} has no finished runs to read")
         return pd.concat(frames, ignore_index=True)
 
     def results(self, run_id: str) -> Results:
-        """The stored :class:`~simfl.results.Results` of one run (without the final state)."""
+        """The stored :class:`~simfl.results.Results` of one run (without the final state).
+
+        Raises
+        ------
+        ValueError
+            If the run is not stored; a :class:`StoreError` naming the file if it cannot be
+            read.
+        """
         if self.record(run_id) is None:
             raise ValueError(f"run {run_id!r} is not in {self.path}")
-        return Results.load(self.runs_dir / run_id)
+        folder = self.runs_dir / run_id
+        try:
+            return Results.load(folder)
+        except Exception as exc:  # pyarrow's errors, OSError, JSON errors: name the run
+            raise StoreError(folder, f"cannot be read ({exc})") from None
 
     def _select(self, run_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         if run_ids is None:
@@ -180,13 +264,68 @@ class Store:
         return out
 
     def _table(self, run_id: str, name: str) -> pd.DataFrame:
-        return pd.read_parquet(self.runs_dir / run_id / f"{name}.parquet")
+        path = self.runs_dir / run_id / f"{name}.parquet"
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow's errors and OSError: name the file
+            raise StoreError(path, f"is not a readable Parquet file ({exc})") from None
 
     def _meta(self, record: dict[str, Any]) -> dict[str, Any]:
-        meta: dict[str, Any] = json.loads(
-            (self.runs_dir / record["run_id"] / "meta.json").read_text()
-        )
-        return meta
+        return read_json(self.runs_dir / record["run_id"] / "meta.json")
+
+    def _scan(self) -> tuple[list[dict[str, Any]], list[BadRun]]:
+        """The records of the readable runs, and the run folders that cannot be read."""
+        try:
+            folders = sorted(e for e in self.runs_dir.iterdir() if not e.name.startswith("."))
+        except FileNotFoundError:  # a store whose creator stopped before it made runs/
+            return [], []
+        good, bad = [], []
+        for folder in folders:
+            try:
+                good.append(read_run(folder))
+            except StoreError as exc:
+                # read again: a failed run being replaced is briefly absent (see publish)
+                with contextlib.suppress(StoreError):
+                    good.append(read_run(folder))
+                    continue
+                if os.path.lexists(folder):
+                    bad.append(bad_run(folder, exc))
+        return good, bad
+
+    def _warn(self, bad: list[BadRun]) -> None:
+        if bad:
+            warnings.warn(
+                StoreWarning(
+                    f"{self.path}: {len(bad)} run(s) cannot be read and are left out: "
+                    + "; ".join(map(str, bad))
+                    + f". `simfl store check {self.path} --repair` moves them aside; the next "
+                    f"sweep runs them again"
+                ),
+                stacklevel=3,
+            )
+
+    def _quarantine(self, bad: BadRun) -> BadRun | None:
+        """Move an unreadable run folder into ``.quarantine/``; ``None`` if there is no need.
+
+        Returns the run with ``moved_to`` set, or unmoved with the reason it could not be
+        moved; ``None`` if the folder is gone (moved by another process) or was readable after
+        all (replaced meanwhile by a good copy, which is put back).
+        """
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        dest = self.path / QUARANTINE / f"{bad.run_id}-{stamp}"
+        try:
+            dest.parent.mkdir(exist_ok=True)
+            os.rename(bad.folder, dest)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return replace(bad, reason=f"{bad.reason}; it cannot be moved aside ({exc})")
+        try:
+            read_run(dest, run_id=bad.run_id)
+        except StoreError:
+            return replace(bad, moved_to=dest)
+        _rename_dir(dest, bad.folder)  # a good copy: back in place (kept aside if one is there)
+        return None
 
     # ----------------------------------------------------------------- writing
     def publish(
@@ -195,7 +334,9 @@ class Store:
         """Store one run atomically; whether this copy is the one stored.
 
         If the run is already stored, the new copy is discarded (every run is stored exactly
-        once), except that a ``failed`` record is replaced when ``replace_failed``.
+        once), except that a ``failed`` record is replaced when ``replace_failed``. A stored
+        folder of the run that cannot be read is moved into ``.quarantine/`` (with a
+        :class:`StoreWarning`) and replaced by this copy.
         """
         record = {**record, "has_results": results is not None}
         host, pid, token = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
@@ -205,12 +346,21 @@ class Store:
             tmp.mkdir(parents=True)
             if results is not None:
                 results.save(tmp)
+                record["files"] = file_sizes(tmp)
             (tmp / "run.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            match_mode(tmp / "run.json", (p for p in tmp.iterdir() if p.is_file()))
             _sync(tmp)
             if _rename_dir(tmp, final):
                 return True
-            stored = self.record(record["run_id"])
-            if stored is None or stored["status"] != "failed" or not replace_failed:
+            try:
+                stored = self.record(record["run_id"])
+            except StoreError as exc:
+                bad = self._quarantine(bad_run(final, exc))
+                self._warn([] if bad is None else [bad])
+                stored = None
+            if stored is None:  # gone meanwhile, or moved aside just now
+                return _rename_dir(tmp, final)
+            if stored["status"] != "failed" or not replace_failed:
                 return False
             trash = final.with_name(f".trash-{final.name}+{token}")
             with contextlib.suppress(FileNotFoundError):  # another worker replaced it already
@@ -269,12 +419,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _axes(record: dict[str, Any]) -> dict[str, Any]:
@@ -336,6 +480,9 @@ class MemoryStore(Store):
 
     def record(self, run_id: str) -> dict[str, Any] | None:  # noqa: D102
         return self._records.get(run_id)
+
+    def check(self, repair: bool = False) -> list[BadRun]:  # noqa: D102
+        return []
 
     def results(self, run_id: str) -> Results:  # noqa: D102
         if run_id not in self._results:

@@ -1,0 +1,86 @@
+"""The policy catalogue (analysis/policy_catalogue.py): its numbers checked by hand on a subset."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+import policy_catalogue as cat
+
+SUBSET = ("wait-all", "deadline", "partial-work", "fastest-k", "fedat")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Linear task, tiered fleet, one seed, a short budget, a few policies."""
+    cases = [
+        c
+        for c in cat.cases_for("linear", seeds=1, max_time=400.0)
+        if c.labels["fleet"] == "tiered" and c.labels["policy"] in SUBSET
+    ]
+    frame, stores = cat.run_catalogue(cases, tmp_path_factory.mktemp("cat"), 1, report=False)
+    return cases, frame, stores[("linear", "tiered")], stores
+
+
+def test_every_claimed_policy_is_in_the_catalogue():
+    names = {c.labels["policy"] for c in cat.cases_for("linear", seeds=1, max_time=1.0)}
+    assert names == set(cat.CLAIMS)
+    neural = {c.labels["policy"] for c in cat.cases_for("neural", seeds=1, max_time=1.0)}
+    # partial work needs steps; simfl's neural algorithms count work in MACs
+    assert neural == set(cat.CLAIMS) - {"partial-work"}
+
+
+def test_tiers_of_the_fleets():
+    fleet = cat.tiered_fleet(1.0)
+    np.testing.assert_array_equal(np.bincount(cat.tier_of("tiered", fleet)), [60, 30, 10])
+    logn = cat.lognormal_fleet(1.0)
+    tier = cat.tier_of("lognormal", logn)
+    np.testing.assert_array_equal(np.bincount(tier), [60, 30, 10])
+    # the slow tier holds the 10 largest persistent factors
+    assert set(np.argsort(logn.scale)[-10:]) == set(np.flatnonzero(tier == 2))
+
+
+def test_tier_shares_equal_a_count_by_hand(small):
+    cases, frame, store, stores = small
+    assert set(frame["policy"]) == set(SUBSET)
+    shares = cat.tier_shares(stores, frame, cases)
+    group = cat.tiered_fleet(1.0).group
+    for run_id, policy in frame[["run_id", "policy"]].drop_duplicates().itertuples(index=False):
+        jobs = store.clients(run_id)
+        arrived = jobs[jobs["status"].astype(str) == "arrived"]["device"].to_numpy()
+        n = [int(np.sum(group[arrived] == t)) for t in range(3)]
+        row = shares[shares["policy"] == policy].iloc[0]
+        for t, name in enumerate(cat.TIERS):
+            assert row[f"share_{name}"] == n[t] / sum(n)
+    # wait-all aggregates every selected job (no dropouts on this fleet): its shares are the
+    # shares of its selections
+    wa = frame[frame["policy"] == "wait-all"]["run_id"].iloc[0]
+    jobs = store.clients(wa)
+    assert set(jobs["status"].astype(str)) <= {"arrived", "cancelled"}
+
+
+def test_speedups_are_ratios_of_the_times(small):
+    _, frame, _, _ = small
+    table = cat.summarize(frame, "linear", "tiered")
+    times = dict(zip(table["policy"], table["mean_time"], strict=True))
+    for row in table.itertuples(index=False):
+        if np.isfinite(times["wait-all"]) and np.isfinite(row.mean_time):
+            # one seed: the paired speedup is the ratio of the two times
+            assert row.speedup == pytest.approx(times["wait-all"] / row.mean_time, rel=1e-12)
+        assert cat.verdict(table[table["policy"] == row.policy].iloc[0]) in {
+            "baseline",
+            "not reached",
+            "faster (CI above 1)",
+            "slower (CI below 1)",
+            "no clear difference",
+        }
+
+
+def test_partial_work_keeps_slow_updates_that_the_deadline_drops(small):
+    cases, frame, _, stores = small
+    shares = cat.tier_shares(stores, frame, cases).set_index("policy")
+    # same deadline and cohorts: a plain deadline loses the slow tier's jobs (Exp(15 s) per
+    # job: P(job <= 4 s) ~ 0.23); partial work keeps whoever fits one of 5 steps (~0.73)
+    assert shares.loc["partial-work", "share_slow"] > shares.loc["deadline", "share_slow"]
