@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -70,9 +72,9 @@ def test_plan_asks_a_fraction_and_selects_greedily():
         pol.start(view), view
     )
     assert plan.cohort.tolist() == [int(asked[0])]
-    # nobody fits: an empty round
+    # nobody fits: the fastest asked device runs alone, so that the round takes time
     _, plan = FedCS(seconds=0.5, fraction=0.5).plan(pol.start(view), view)
-    assert plan.cohort.size == 0
+    assert plan.cohort.tolist() == [int(asked.min())] and plan.deadline == 0.5
 
 
 def test_only_online_devices_are_asked():
@@ -175,6 +177,16 @@ def test_sequential_selects_a_subset_of_parallel_each_round():
     s = seq.groupby("round")["device"].apply(set)
     assert all(s[r] <= p[r] for r in s.index)
     assert sum(len(x) for x in s) < sum(len(x) for x in p)  # 0.5 s uploads queue up
+
+
+def test_a_deadline_nobody_meets_still_moves_the_clock():
+    # 1 s: no device expects to make it (fast: 2 s); each round runs the fastest asked alone
+    sc = dataclasses.replace(scenario(FedCS(seconds=1.0, fraction=0.1)), rounds=None, max_time=60.0)
+    res = simfl.run(sc, progress=False)
+    assert res.meta["stop_reason"] == "max_time"
+    rounds = res.rounds  # 1 s rounds; the 60th is cut short by the budget (not recorded)
+    assert len(rounds) == 59 and (rounds["n_selected"] == 1).all()
+    assert (rounds["duration"] == 1.0).all() and rounds["n_arrived"].sum() == 0
 
 
 @pytest.mark.parametrize("estimate", ["reported", "observed", "oracle"])

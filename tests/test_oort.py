@@ -46,12 +46,25 @@ def test_exploration_schedule_decays_to_its_floor():
 
 def test_pacer_relaxes_only_when_the_last_window_collected_less():
     p = Pacer(start=10.0, step=5.0, window=2)
-    assert p.relaxed((5.0, 5.0, 4.0, 4.0), 10.0) == 15.0  # 8 < 10
-    assert p.relaxed((4.0, 4.0, 5.0, 5.0), 10.0) == 10.0  # 10 > 8
-    assert p.relaxed((5.0, 5.0, 5.0, 5.0), 10.0) == 10.0  # equal is not less
-    assert p.relaxed((5.0, 5.0, 4.0), 10.0) == 10.0  # fewer than 2W rounds
-    assert p.relaxed((9.0, 5.0, 5.0, 4.0, 4.0), 10.0) == 10.0  # only every W rounds
-    assert p.relaxed((5.0, 5.0, 4.0, 4.0), 98.0) == 100.0  # capped at 100
+    assert p.relaxed((5.0, 5.0, 4.0, 4.0), 10.0, 4) == 15.0  # 8 < 10
+    assert p.relaxed((4.0, 4.0, 5.0, 5.0), 10.0, 4) == 10.0  # 10 > 8
+    assert p.relaxed((5.0, 5.0, 5.0, 5.0), 10.0, 4) == 10.0  # equal is not less
+    assert p.relaxed((5.0, 5.0, 4.0), 10.0, 3) == 10.0  # fewer than 2W rounds
+    assert p.relaxed((5.0, 5.0, 4.0, 4.0), 10.0, 5) == 10.0  # only every W rounds
+    assert p.relaxed((5.0, 5.0, 4.0, 4.0), 98.0, 8) == 100.0  # capped at 100
+
+
+def test_pacer_in_observe_checks_every_window_only():
+    pol = Oort(pacer=Pacer(start=10.0, step=5.0, window=2))
+    view = FakeView(n_devices=1)
+    state = pol.start(view)
+    percentiles = []
+    for r, loss in enumerate([10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0]):
+        state = pol.observe(state, outcome([0], [ARRIVED], [1.0], loss=[loss], round=r), view)
+        percentiles.append(state.percentile)
+    # after 4 rounds 8 + 7 < 10 + 9; after 6, 6 + 5 < 8 + 7; never after an odd count
+    assert percentiles == [10.0, 10.0, 10.0, 15.0, 15.0, 20.0, 20.0]
+    assert state.history == (7.0, 6.0, 5.0, 4.0)  # the last 2W rounds
 
 
 def test_preferred_duration_is_a_percentile_and_the_penalty_only_hits_slower_devices():

@@ -36,11 +36,20 @@ def test_profiling_round_asks_every_unprofiled_online_device():
     assert (plan.deadline, plan.stage, plan.speed_epoch, plan.quota) == (8.0, 0, 0, None)
     out = outcome([0, 1, 2, 3, 4, 5], [ARRIVED, LATE, DROPPED] + [ARRIVED] * 3, [1.0] * 6)
     state = pol.observe(state, out, view)
-    assert state.profiled.tolist() == [True] * 6 + [False]
+    assert state.profiled.tolist() == [1] * 6 + [0]
     assert state.dropout.tolist() == [False, True, True, False, False, False, False]
     # device 6 comes online: it is profiled next, alone
     state, plan = pol.plan(state, FakeView(n_devices=7, round=1))
     assert plan.cohort.tolist() == [6] and state.tier_of is None
+    # two profiling jobs each (sync_rounds = 2): the same devices again, less the dropouts
+    twice = dataclasses.replace(pol, profile_rounds=2)
+    state, _ = twice.plan(twice.start(view), view)
+    state = twice.observe(state, out, view)
+    state, plan = twice.plan(state, dataclasses.replace(view, round=1))
+    assert plan.cohort.tolist() == [0, 3, 4, 5] and state.tier_of is None
+    state = twice.observe(state, outcome([0, 3, 4, 5], [ARRIVED] * 4, [1.0] * 4), view)
+    state, plan = twice.plan(state, dataclasses.replace(view, round=2))
+    assert state.tier_of is not None and plan.stage >= 1  # device 6 is offline: tiers now
     # profile_count draws that many of the unprofiled
     _, plan = TiFL(profile_count=3).plan(pol.start(view), FakeView(n_devices=7))
     assert plan.cohort.size == 3 and plan.deadline is None
@@ -177,6 +186,7 @@ def test_retiering_uses_the_durations_observed_since():
         ({"credits": 0}, "TiFL.credits"),
         ({"deadline": -1.0}, "TiFL.deadline"),
         ({"profile_count": 0}, "TiFL.profile_count"),
+        ({"profile_rounds": 0}, "TiFL.profile_rounds"),
         ({"profile_deadline": 0.0}, "TiFL.profile_deadline"),
         ({"retier_every": 0}, "TiFL.retier_every"),
     ],

@@ -43,7 +43,9 @@ Departures from the paper: the times of the protocol's own steps (``T_cs`` for t
 its estimate is at most the deadline (simfl counts an update arriving exactly at the deadline
 as in time; the paper requires less than ``T_round``). The greedy stops at the first candidate
 that does not fit: the one adding the least time not fitting, none of the others can. If no
-candidate fits, the round is empty (it takes no simulated time).
+candidate fits, the one with the least estimated time runs alone under the deadline (its
+update counts if it arrives in time): an empty round would take no simulated time, and a run
+whose clock cannot advance is stopped as stalled.
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ class FedCS(SyncPolicy[Observations]):
             chosen = greedy_sequential(*times, self.seconds, limit)
         else:
             chosen = greedy_parallel(*times, self.seconds, limit)
+        if not chosen.size:  # nobody fits: the fastest alone, so that the round takes time
+            chosen = np.argsort(sum(times), kind="stable")[:1]
         return state, RoundPlan(np.sort(candidates[chosen]), deadline=self.seconds)
 
     def observe(self, state: Observations, outcome: Outcome, view: View) -> Observations:

@@ -136,11 +136,10 @@ class Pacer:
         check_real("Pacer.step", self.step, low=0.0, low_open=True)
         check_int("Pacer.window", self.window, low=1)
 
-    def relaxed(self, history: tuple[float, ...], percentile: float) -> float:
-        """The percentile after a round whose per-round utilities so far are ``history``."""
+    def relaxed(self, history: tuple[float, ...], percentile: float, rounds: int) -> float:
+        """The percentile after ``rounds`` rounds, the last of whose utilities are ``history``."""
         w = self.window
-        n = len(history)
-        if n < 2 * w or n % w:
+        if rounds < 2 * w or rounds % w or len(history) < 2 * w:
             return percentile
         if sum(history[-w:]) < sum(history[-2 * w : -w]):
             return min(percentile + self.step, 100.0)
@@ -265,7 +264,7 @@ class Oort(SyncPolicy["OortState"]):
         last_round = state.last_round.copy()
         last_round[devices] = outcome.round + 1
         history = (*state.history, float(gained[known].sum()))
-        percentile = self.pacer.relaxed(history, state.percentile)
+        percentile = self.pacer.relaxed(history, state.percentile, outcome.round + 1)
         return OortState(
             seen=state.seen.seen(outcome),
             utility=utility,

@@ -17,13 +17,15 @@ durations.
 
 Departures from the paper:
 
-* **Profiling rounds are training rounds**: the first rounds send a job to every unprofiled
-  online device (or ``profile_count`` of them, drawn uniformly) under the ``profile_deadline``
-  (the paper's ``T_max``; ``None``: wait for all), and their updates are aggregated like any
-  round's; the paper profiles before training, separately. A profiled device that did not
-  arrive (late or dropped) goes to the dropout tier. Profiling ends at the first round in
-  which no unprofiled device is online; devices never profiled then are in no tier and are
-  never selected.
+* **Profiling rounds are training rounds**: the first rounds send a job to every online
+  device not yet profiled ``profile_rounds`` times (the paper's ``sync_rounds``; or
+  ``profile_count`` of them, drawn uniformly) under the ``profile_deadline`` (the paper's
+  ``T_max``; ``None``: wait for all), and their updates are aggregated like any round's; the
+  paper profiles before training, separately. A device with a profiling job that did not
+  arrive (late or dropped) goes to the dropout tier (the paper compares the mean profiled
+  latency with ``T_max``; a late job's latency is not known). Profiling ends at the first
+  round in which no such device is online; devices never profiled then are in no tier and
+  are never selected.
 * **Tiers** are equal groups (sizes differ by at most one) of the profiled devices sorted by
   mean observed duration (the paper groups a histogram of the profiled latencies). They are
   assigned once after profiling, or again every ``retier_every`` rounds from the durations
@@ -36,7 +38,7 @@ Departures from the paper:
 * **Credits** (``None``: unlimited). Once no tier with an online member has credits left,
   credits are ignored (Algorithm 2 would loop forever). Only tiers with an online member can
   be chosen; their probabilities are renormalised. With no tiered device online the round is
-  empty.
+  empty (it takes no simulated time; the engine's stall rule ends a run that cannot advance).
 * The round's recorded ``stage`` is the chosen tier plus one (tier 0 is the fastest; 0 marks
   a profiling round). Speeds are keyed by stage 0 throughout (``speed_epoch=0``), so a fleet
   with ``redraw="stage"`` keeps one speed draw for the run.
@@ -77,8 +79,10 @@ class TiFL(SyncPolicy["TiFLState"]):
         Times each tier may be chosen (>= 1; ``None``: unlimited).
     deadline
         Seconds after which a tiered round closes (> 0; ``None``: wait for all).
+    profile_rounds
+        Profiling jobs per device before tiering (>= 1; the paper's ``sync_rounds``).
     profile_count
-        Devices profiled per profiling round (>= 1; ``None``: every unprofiled online one).
+        Devices profiled per profiling round (>= 1; ``None``: every online one that needs it).
     profile_deadline
         ``T_max``: profiled devices not arrived by then join the dropout tier (> 0; ``None``:
         wait for all, only dropouts join it).
@@ -92,6 +96,7 @@ class TiFL(SyncPolicy["TiFLState"]):
     interval: int = 10
     credits: int | None = None
     deadline: float | None = None
+    profile_rounds: int = 1
     profile_count: int | None = None
     profile_deadline: float | None = None
     retier_every: int | None = None
@@ -103,6 +108,7 @@ class TiFL(SyncPolicy["TiFLState"]):
         check_int("TiFL.tiers", self.tiers, low=1)
         check_choice("TiFL.selection", self.selection, ("uniform", "adaptive"))
         check_int("TiFL.interval", self.interval, low=1)
+        check_int("TiFL.profile_rounds", self.profile_rounds, low=1)
         for f in ("credits", "profile_count", "retier_every"):
             if getattr(self, f) is not None:
                 check_int(f"TiFL.{f}", getattr(self, f), low=1)
@@ -118,7 +124,7 @@ class TiFL(SyncPolicy["TiFLState"]):
         n = view.n_devices
         return TiFLState(
             seen=Observations.empty(n),
-            profiled=np.zeros(n, dtype=np.bool_),
+            profiled=np.zeros(n, dtype=np.int64),
             dropout=np.zeros(n, dtype=np.bool_),
         )
 
@@ -126,7 +132,7 @@ class TiFL(SyncPolicy["TiFLState"]):
         online = view.online()
         tier_of = state.tier_of
         if tier_of is None:
-            todo = online[~state.profiled[online]]
+            todo = online[(state.profiled[online] < self.profile_rounds) & ~state.dropout[online]]
             if todo.size:
                 return replace(state, current=-1), self.profile(todo, view)
             tier_of = self.assign(state)
@@ -152,7 +158,7 @@ class TiFL(SyncPolicy["TiFLState"]):
     def observe(self, state: TiFLState, outcome: Outcome, view: View) -> TiFLState:
         """Record the durations, and what the round tells about its devices or its tier.
 
-        After a profiling round: which devices are profiled and which dropped out. After a
+        After a profiling round: the devices' profiling jobs, and who dropped out. After a
         tiered round: the tier's mean reported loss.
         """
         state = replace(state, seen=state.seen.seen(outcome))
@@ -161,7 +167,7 @@ class TiFL(SyncPolicy["TiFLState"]):
             if state.tier_of is not None:  # an empty round: nobody tiered was online
                 return state
             profiled, dropout = state.profiled.copy(), state.dropout.copy()
-            profiled[outcome.devices] = True
+            profiled[outcome.devices] += 1
             dropout[outcome.devices[~arrived]] = True
             return replace(state, profiled=profiled, dropout=dropout)
         if outcome.loss is None:
@@ -177,7 +183,7 @@ class TiFL(SyncPolicy["TiFLState"]):
     # ------------------------------------------------------------------ its parts
 
     def profile(self, todo: NDArray[np.int64], view: View) -> RoundPlan:
-        """A profiling round over the unprofiled online devices ``todo``."""
+        """A profiling round over the online devices ``todo`` that still need profiling."""
         size = todo.size if self.profile_count is None else self.profile_count
         cohort = sample_uniform(view.round, todo, size, view.streams)
         return RoundPlan(cohort, deadline=self.profile_deadline, stage=0, speed_epoch=0)
@@ -185,7 +191,7 @@ class TiFL(SyncPolicy["TiFLState"]):
     def assign(self, state: TiFLState) -> NDArray[np.int64]:
         """Each device's tier (-1: none) from its observed durations (equal groups)."""
         times = state.seen.mean()
-        ok = np.flatnonzero(state.profiled & ~state.dropout & (state.seen.count > 0))
+        ok = np.flatnonzero((state.profiled > 0) & ~state.dropout & (state.seen.count > 0))
         order = ok[np.lexsort((ok, times[ok]))]
         tier_of = np.full(state.profiled.size, -1, dtype=np.int64)
         for t, group in enumerate(np.array_split(order, min(self.tiers, max(order.size, 1)))):
@@ -267,7 +273,7 @@ class TiFLState:
     seen
         Observed job durations (:class:`~simfl.policies.observed.Observations`).
     profiled, dropout
-        Which devices were profiled, and which of them are in the dropout tier.
+        Profiling jobs each device ran, and which devices are in the dropout tier.
     tier_of
         Each device's tier (-1: none); ``None`` while profiling.
     tiered_at, since
@@ -285,7 +291,7 @@ class TiFLState:
     """
 
     seen: Observations
-    profiled: NDArray[np.bool_]
+    profiled: NDArray[np.int64]
     dropout: NDArray[np.bool_]
     tier_of: NDArray[np.int64] | None = None
     tiered_at: int = 0
