@@ -290,7 +290,7 @@ def _cell(row: dict[str, Any]) -> str:
         return f"not reached · {share}"
     if speed is None or not all(math.isfinite(v) for v in (speed, lo, hi)):
         return f"{row['mean_time']:.0f} s (wait-all: not reached) · {share}"
-    return f"{speed:.2f}× [{lo:.2f}, {hi:.2f}] · {share}"
+    return f"{speed:.2f}x [{lo:.2f}, {hi:.2f}] · {share}"
 
 
 def readme_table(results: dict[str, Any]) -> str:
