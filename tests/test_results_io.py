@@ -122,6 +122,31 @@ def test_load_refuses_a_folder_mixing_two_saves(tmp_path, capsys):
     assert str(out) in line and "rounds.parquet" in line
 
 
+def test_an_empty_folder_is_filled_in_place(tmp_path, monkeypatch):
+    res = _results(0)
+    out = tmp_path / "run"
+    out.mkdir()
+    inode = out.stat().st_ino
+    res.save(out)
+    assert out.stat().st_ino == inode and os.listdir(tmp_path) == ["run"]
+    _same(Results.load(out), res)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def disk_full(self: pd.DataFrame, *args: object, **kwargs: object) -> bytes:
+        if calls:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        calls.append(1)
+        return to_parquet(self, *args, **kwargs)
+
+    calls: list[int] = []
+    to_parquet = pd.DataFrame.to_parquet
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        res.save(empty)
+    assert calls and os.listdir(empty) == []  # the first table, written, is removed again
+
+
 @pytest.mark.parametrize("damage", ["truncated", "same-size"])
 def test_load_refuses_a_damaged_file(tmp_path, damage):
     out = _results(0).save(tmp_path / "run")

@@ -5,7 +5,8 @@ A results folder holds one Parquet file per table (``rounds.parquet``, ``clients
 flushes them to disk and renames that folder into place. An earlier folder at the same path is
 first renamed aside (``.NAME.old-TOKEN``) and deleted once the new one is in place, so a reader
 sees the complete old folder, the complete new one, or (after a kill between the two renames) no
-folder and the two hidden siblings, never a mix.
+folder and the two hidden siblings, never a mix. An existing empty folder (such as a store's
+private run folder) is filled in place instead: there is nothing in it to mix with.
 
 ``meta.json`` is written last and doubles as the completeness marker: its ``"_files"`` entry
 lists every table file with its size and SHA-256. :func:`read` checks them and refuses a folder
@@ -109,6 +110,10 @@ def publish(
 ) -> Path:
     """Write ``tables`` and ``meta`` as a results folder and move it into place in one step.
 
+    An existing empty folder (e.g. the private folder of a store's run) is filled in place,
+    ``meta.json`` last: there is nothing earlier to mix with, and until the manifest appears
+    a reader finds the folder incomplete.
+
     Raises
     ------
     ValueError
@@ -117,23 +122,36 @@ def publish(
         If writing fails (a full disk); an earlier folder at ``directory`` is left as it was.
     """
     out = check_destination(directory, list(tables))
+    if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+        try:
+            _write_folder(out, tables, meta)
+        except BaseException:
+            for name in (*(f"{t}.parquet" for t in tables), META):
+                (out / name).unlink(missing_ok=True)
+            raise
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:8]
     staging = _sibling(out, _SAVING, token)
     staging.mkdir()
     try:
-        files: dict[str, dict[str, Any]] = {}
-        for name, frame in tables.items():
-            data = frame.to_parquet(None, index=False)
-            _write(staging / f"{name}.parquet", data)
-            files[f"{name}.parquet"] = {"bytes": len(data), "sha256": _sha256(data)}
-        text = json.dumps({**meta, MANIFEST: files}, indent=2, sort_keys=True, allow_nan=True)
-        _write(staging / META, (text + "\n").encode())
-        _fsync(staging)
+        _write_folder(staging, tables, meta)
         _swap_in(staging, out, token)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _write_folder(where: Path, tables: dict[str, pd.DataFrame], meta: dict[str, Any]) -> None:
+    """Write the tables, then ``meta.json`` with their manifest, and flush them to disk."""
+    files: dict[str, dict[str, Any]] = {}
+    for name, frame in tables.items():
+        data = frame.to_parquet(None, index=False)
+        _write(where / f"{name}.parquet", data)
+        files[f"{name}.parquet"] = {"bytes": len(data), "sha256": _sha256(data)}
+    text = json.dumps({**meta, MANIFEST: files}, indent=2, sort_keys=True, allow_nan=True)
+    _write(where / META, (text + "\n").encode())
+    _fsync(where)
 
 
 def read(
