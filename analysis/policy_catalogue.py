@@ -23,8 +23,9 @@ Policies, 20 updates per aggregation wherever the policy has such a knob:
 
     wait-all        WaitAll(count=20)
     deadline        Deadline(4 s, count=20)
-    partial-work    Deadline(4 s, count=20, partial=True), FedNova aggregation (linear only:
-                    simfl's neural algorithms count work in MACs, not steps)
+    partial-work    Deadline(4 s, count=20, partial=True): each device does the local steps
+                    that fit (linear: FedNova's normalised average; neural: the plain
+                    size-weighted average, simfl has no FedNova for momentum SGD yet)
     adaptive        AdaptiveDeadline(quantile=0.8, count=20)
     fastest-k       FastestK(k=20, overcommit=0.3)
     srpfl           SRPFL(n0=5, count=20, rounds_per_stage=10) (planned speeds: an oracle)
@@ -143,7 +144,7 @@ def neural_setup() -> tuple[Any, Any, Any, Target, float, int]:
     data = task.build(100, __import__("simfl").Streams(0))
     state = alg.initial_state(data, __import__("simfl").Streams(0))
     unit = 1.0 / float(np.mean(alg.work(state, np.arange(100))))
-    return task, alg, None, Target("accuracy", above=0.85), unit, 4
+    return task, alg, alg, Target("accuracy", above=0.85), unit, 4
 
 
 def policy_set(task_name: str) -> dict[str, Any]:
@@ -275,6 +276,35 @@ def summarize(frame: pd.DataFrame, task_name: str, fleet_name: str) -> pd.DataFr
     out.insert(0, "fleet", fleet_name)
     out.insert(0, "task", task_name)
     return out
+
+
+def _cell(row: dict[str, Any]) -> str:
+    """One README cell: speedup over wait-all with its CI, and the slow tier's update share."""
+    share = f"slow {100 * row['share_slow']:.0f}%" if row.get("share_slow") is not None else ""
+    if row["policy"] == "wait-all":
+        time = row["mean_time"]
+        head = f"{time:.0f} s" if time is not None and math.isfinite(time) else "not reached"
+        return f"{head} · {share}"
+    speed, lo, hi = row.get("speedup"), row.get("speedup_lo"), row.get("speedup_hi")
+    if not row["reached"]:
+        return f"not reached · {share}"
+    if speed is None or not all(math.isfinite(v) for v in (speed, lo, hi)):
+        return f"{row['mean_time']:.0f} s (wait-all: not reached) · {share}"
+    return f"{speed:.2f}x [{lo:.2f}, {hi:.2f}] · {share}"
+
+
+def readme_table(results: dict[str, Any]) -> str:
+    """The README's catalogue table, from the results file (so the two cannot drift)."""
+    rows = results["rows"]
+    panels = list(dict.fromkeys((r["task"], r["fleet"]) for r in rows))
+    policies_ = list(dict.fromkeys(r["policy"] for r in rows))
+    cells = {(r["task"], r["fleet"], r["policy"]): r for r in rows}
+    head = "| policy | " + " | ".join(f"{t}, {f} fleet" for t, f in panels) + " |"
+    lines = [head, "|---" * (len(panels) + 1) + "|"]
+    for name in policies_:
+        row = [_cell(cells[(t, f, name)]) if (t, f, name) in cells else "n/a" for t, f in panels]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def verdict(row: pd.Series) -> str:

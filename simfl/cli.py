@@ -25,14 +25,24 @@
     ``meta.json`` or Parquet file), with the reason; ``--repair`` moves them into
     ``DIR/.quarantine/`` so that the next sweep runs them again. Exit status 1 if an unreadable
     run is left in place.
+
+Errors a user can fix (a bad argument, a scenario file that does not import, an output path
+that cannot be written, a full disk, an unreachable scheduler) are printed as one line
+``error: ...`` with exit status 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import hashlib
 import importlib.util
+import re
+import socket
 import sys
+import traceback
+import urllib.parse
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,16 +50,60 @@ from typing import Any
 
 from simfl.engine import run
 from simfl.results import Results
+from simfl.results.folder import check_destination
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case
 from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning
 
-__all__ = ["load_cases", "load_scenarios", "main", "parse_seeds", "parse_target", "parser"]
+__all__ = [
+    "UsageError",
+    "load_cases",
+    "load_scenarios",
+    "main",
+    "parse_seeds",
+    "parse_target",
+    "parser",
+]
+
+#: Errors of the environment rather than of simfl: reported in one line by :func:`main`.
+_ENVIRONMENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in [
+        "EACCES",
+        "EPERM",
+        "EROFS",
+        "ENOSPC",
+        "EDQUOT",
+        "EFBIG",
+        "EIO",
+        "ENOENT",
+        "ENOTDIR",
+        "EISDIR",
+        "EEXIST",
+        "ENOTEMPTY",
+        "ENAMETOOLONG",
+        "ELOOP",
+        "EMFILE",
+        "ENFILE",
+        "EXDEV",
+    ]
+    if hasattr(errno, name)
+)
+#: Longest scenario-derived folder name under ``runs/`` (a hash suffix keeps names distinct).
+_NAME_LIMIT = 100
+#: Seconds to wait for a Dask scheduler to accept a connection before giving up.
+_CONNECT_TIMEOUT = 5.0
+
+
+class UsageError(Exception):
+    """A command that cannot be carried out as given; :func:`main` prints it as one line."""
 
 
 def _load(path: str | Path) -> Any:
     file = Path(path)
+    if file.is_dir():
+        raise ValueError(f"scenario file {file} is a directory; give a Python file in it")
     if not file.is_file():
         raise ValueError(f"scenario file {file} does not exist")
     # not registered in sys.modules: cloudpickle then ships the file's own classes by value
@@ -57,8 +111,57 @@ def _load(path: str | Path) -> Any:
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import scenario file {file}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code: report where it failed, in one line
+        raise ValueError(_import_error(file, exc)) from exc
     return module
+
+
+def _import_error(file: Path, exc: Exception) -> str:
+    """``FILE, line N: ErrorType: message`` for an exception raised while importing ``file``."""
+    if isinstance(exc, SyntaxError):
+        where, line, text = exc.filename or str(file), exc.lineno, exc.msg
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        mine = [f for f in frames if Path(f.filename).resolve() == file.resolve()]
+        last = mine[-1] if mine else frames[-1]
+        where, line, text = str(file), last.lineno, str(exc)
+    message = "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    return f"{where}, line {line}: {type(exc).__name__}: {message}"
+
+
+def _folder_name(text: str) -> str:
+    """``text`` as one safe path component (no separators, no ``..``, at most 100 bytes).
+
+    Characters other than ASCII letters, digits and ``._+-`` become ``_``, leading dots go;
+    a name that had to change or be shortened gets ``-`` and 8 hex digits of its SHA-256.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", text).lstrip(".")
+    if safe == text and len(safe) <= _NAME_LIMIT:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{safe[: _NAME_LIMIT - 9] or 'scenario'}-{digest}"
+
+
+def _check_scheduler(address: str) -> None:
+    """Fail fast, in one line, if a Dask scheduler at ``tcp://host:port`` does not answer."""
+    url = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme not in ("tcp", "tls") or not url.hostname or port is None:
+        return  # other transports: distributed checks them itself
+    try:
+        with socket.create_connection((url.hostname, port), timeout=_CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise UsageError(
+            f"no Dask scheduler answers at {address} ({reason} within "
+            f"{_CONNECT_TIMEOUT:g} s); start one with `dask scheduler` or check --scheduler"
+        ) from None
 
 
 def load_scenarios(path: str | Path) -> dict[str, Scenario]:
@@ -137,10 +240,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.seed is not None:
         scenario = dataclasses.replace(scenario, seed=args.seed)
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-seed{scenario.seed}"
+    name = _folder_name(f"{scenario.name}-seed{scenario.seed}")
+    out = check_destination(args.out or Path("runs") / name, ("rounds", "clients"))
     results = run(scenario, progress=not args.quiet)
-    results.save(out)
     print(results.summary())
+    try:
+        results.save(out)
+    except OSError as exc:
+        raise UsageError(f"could not save the results to {out}: {exc}") from None
     print(f"results    {out}/ (rounds.parquet, clients.parquet, meta.json)")
     return 0 if results.ok else 1
 
@@ -187,6 +294,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         for seed in seeds
     ]
     store = args.store or Path("runs") / f"sweep-{Path(args.scenario).stem}"
+    if args.scheduler and args.executor in (None, "dask"):
+        _check_scheduler(args.scheduler)
     print(
         f"{len(grid)} runs ({len(cases)} scenarios x {len(seeds)} seeds) -> {store}/",
         flush=True,
@@ -226,6 +335,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     store = Store(args.store)
     target = parse_target(args.target) if args.target else None
     out = Path(args.out) if args.out else store.path / "report"
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"report folder {out} is an existing file; give a folder (--out)")
     bad = store.check()
     with warnings.catch_warnings():  # the unreadable runs are listed below instead
         warnings.simplefilter("ignore", StoreWarning)
@@ -363,10 +474,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (UsageError, ValueError, FileNotFoundError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        return _fail(str(exc))  # e.g. [Errno 30] Read-only file system: 'runs/x'
     return code
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

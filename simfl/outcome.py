@@ -52,10 +52,12 @@ class Outcome:
         Times each job's device was drawn (sampling with replacement; ``None``: once each). The
         update of a device drawn twice counts twice.
     work
-        Work units each job was given (``None``: not reported). Under partial work
-        (:class:`~simfl.policies.RoundPlan` ``partial``) a job does only the whole units that fit
-        before the deadline: for the algorithms that support it a unit is one local step, so
-        this is the ``tau_i`` that FedNova normalises by.
+        Work units each job was given (``None``: not reported); less than the full work under
+        partial work.
+    steps
+        Local steps each job did under partial work (:class:`~simfl.policies.RoundPlan`
+        ``partial``: only the whole steps that fit before the deadline); ``None``: every job
+        did its full local work. The ``tau_i`` that FedNova normalises by.
     loss
         Mean local training loss each client reported with its update (NaN for jobs whose
         update was not computed; ``None``: the algorithm reports none). What a real server
@@ -73,6 +75,7 @@ class Outcome:
     staleness: NDArray[np.float64]
     repeats: NDArray[np.int64] | None = None
     work: NDArray[np.float64] | None = None
+    steps: NDArray[np.float64] | None = None
     loss: NDArray[np.float64] | None = None
 
     @property

@@ -41,8 +41,9 @@ def test_fit_work_by_hand():
         payload=Payload(0, 0),
         streams=Streams(0),
     )
-    fitted = fit_work(plan, 10.0, 4.0)
+    fitted = fit_work(plan, 10.0, 4.0, np.full(3, 5.0))
     # device 0 fits 3 of 5; device 1 fits all 5 (1.25 s); device 2 cannot fit one (4 s): full job
+    np.testing.assert_array_equal(fitted.steps, [3.0, 5.0, 5.0])
     np.testing.assert_array_equal(fitted.work, [3.0, 5.0, 5.0])
     np.testing.assert_array_equal(fitted.compute, [3.0, 1.25, 20.0])
     np.testing.assert_array_equal(fitted.duration, [4.0, 2.25, 21.0])
@@ -66,13 +67,16 @@ def test_fit_work_never_passes_the_deadline_in_floating_point():
         streams=Streams(0),
     )
     for deadline in (0.1, 0.7, 1.0 / 3.0, 1.1):
-        fitted = fit_work(plan, t0, deadline)
-        fits = fitted.work < 7.0
+        fitted = fit_work(plan, t0, deadline, np.full(n, 7.0))
+        fits = fitted.steps < 7.0
         assert (t0 + fitted.duration[fits] <= t0 + deadline).all()
         # and one more step would not have fitted (the most steps that fit)
         unit = plan.compute / 7.0
         more = t0 + fitted.duration[fits] + unit[fits] <= t0 + deadline
-        assert not (more & (fitted.work[fits] + 1 <= 7.0)).any()
+        assert not (more & (fitted.steps[fits] + 1 <= 7.0)).any()
+    # steps and work differ when a job's work is not counted in steps: work scales with them
+    halved = fit_work(plan, t0, 0.7, np.full(n, 14.0))
+    np.testing.assert_allclose(halved.work, 7.0 * halved.steps / 14.0, rtol=1e-15)
 
 
 def partial_scenario(alg, seconds=4.0, rounds=1, **kw):
@@ -165,10 +169,10 @@ def test_local_steps_done_reads_the_outcome():
         job_end=np.ones(3),
         staleness=np.array([0.0, np.nan, 0.0]),
         repeats=np.array([2, 1, 1]),
-        work=np.array([3.0, 5.0, 4.0]),
+        steps=np.array([3.0, 5.0, 4.0]),
     )
     np.testing.assert_array_equal(local_steps_done(outcome, 5), [3.0, 3.0, 4.0])
-    bare = dataclasses.replace(outcome, work=None, repeats=None)
+    bare = dataclasses.replace(outcome, steps=None, repeats=None)
     np.testing.assert_array_equal(local_steps_done(bare, 5), [5.0, 5.0])
 
 
@@ -212,3 +216,32 @@ def test_a_device_that_cannot_fit_one_step_is_late():
     np.testing.assert_array_equal(jobs["status"].astype(str), ["late", "arrived"])
     np.testing.assert_array_equal(jobs["work"], [5.0, 1.0])
     np.testing.assert_array_equal(jobs["t_end"], [1.6, 1.5])
+
+
+def test_neural_partial_work_is_a_prefix_of_the_full_schedule():
+    pytest.importorskip("torch")
+    from simfl.neural import MLP, SGD, Digits, ImageClassification, NeuralFedAvg, Shards
+
+    task = ImageClassification(Digits(), Shards(2), MLP((16, 8)))
+    data = task.build(12, Streams(1))
+    two = NeuralFedAvg(epochs=2, optimizer=SGD(lr=0.05, batch_size=5))
+    one = dataclasses.replace(two, epochs=1)
+    state = two.initial_state(data, Streams(1))
+    clients = np.array([2, 5, 7])
+    steps = two.job_steps(state, clients)
+    per_epoch = np.ceil(state.sizes[clients] / 5)
+    np.testing.assert_array_equal(steps, 2 * per_epoch)
+    # every step: exactly local_updates
+    full = two.local_updates(state, data, clients, 3, Streams(1))
+    same = two.partial_updates(state, data, clients, 3, Streams(1), steps)
+    for name in full.params:
+        np.testing.assert_array_equal(full.params[name], same.params[name])
+    # one epoch's steps of a 2-epoch job: exactly the 1-epoch update (same batches, in order),
+    # while the other clients of the batch keep training (compared within a cohort of the same
+    # size: torch's batched kernels may differ in the last bit across cohort sizes)
+    limit = np.array([per_epoch[0], steps[1], steps[2]])
+    mixed = two.partial_updates(state, data, clients, 3, Streams(1), limit)
+    first = one.local_updates(state, data, clients, 3, Streams(1))
+    for name in full.params:
+        np.testing.assert_array_equal(mixed.params[name][0], first.params[name][0])
+        np.testing.assert_array_equal(mixed.params[name][1:], full.params[name][1:])

@@ -28,8 +28,7 @@ def test_every_claimed_policy_is_in_the_catalogue():
     names = {c.labels["policy"] for c in cat.cases_for("linear", seeds=1, max_time=1.0)}
     assert names == set(cat.CLAIMS)
     neural = {c.labels["policy"] for c in cat.cases_for("neural", seeds=1, max_time=1.0)}
-    # partial work needs steps; simfl's neural algorithms count work in MACs
-    assert neural == set(cat.CLAIMS) - {"partial-work"}
+    assert neural == set(cat.CLAIMS)
 
 
 def test_tiers_of_the_fleets():

@@ -12,9 +12,11 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
     bytes sent down to and up from each selected client
 ``local_updates(state, data, clients, round, streams) -> Updates``
     the local updates of a cohort, in one batched computation
-``partial_updates(state, data, clients, round, streams, work) -> Updates``
-    the same when each client did only ``work[i]`` whole work units (local steps) of its full
-    work: partial work under a deadline (only algorithms whose ``partial_work`` is true)
+``job_steps(state, clients) -> NDArray[float64]``
+    local steps of each client's full job (default: its work units)
+``partial_updates(state, data, clients, round, streams, steps) -> Updates``
+    the same when client ``i`` did only ``steps[i]`` of its local steps: partial work under a
+    deadline (only algorithms whose ``partial_work`` is true)
 ``aggregate(state, updates, outcome) -> state``
     the new state from the accepted updates; ``outcome`` (:class:`simfl.outcome.Outcome`) says
     what happened to every job of the aggregation (arrived, late, dropped, cancelled, their
@@ -156,8 +158,8 @@ class Algorithm(ABC, Generic[StateT]):
 
     #: Short name used in summaries and plots.
     name: ClassVar[str] = "algorithm"
-    #: Whether :meth:`partial_updates` is implemented: one work unit is one local step, and a
-    #: client can stop after any whole number of them (partial work under a deadline).
+    #: Whether :meth:`partial_updates` is implemented: a client can stop after any whole
+    #: number of its :meth:`job_steps` (partial work under a deadline).
     partial_work: ClassVar[bool] = False
 
     @abstractmethod
@@ -182,6 +184,13 @@ class Algorithm(ABC, Generic[StateT]):
     ) -> Updates:
         """The updates of ``clients`` (batched), computed from ``state`` and their own data."""
 
+    def job_steps(self, state: StateT, clients: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Local steps of each client's full job, each taking an equal share of its compute.
+
+        Default: one step per work unit (:meth:`work`).
+        """
+        return self.work(state, clients)
+
     def partial_updates(
         self,
         state: StateT,
@@ -189,13 +198,13 @@ class Algorithm(ABC, Generic[StateT]):
         clients: NDArray[np.int64],
         round: int,
         streams: Streams,
-        work: NDArray[np.float64],
+        steps: NDArray[np.float64],
     ) -> Updates:
-        """The updates of ``clients`` when client ``i`` did ``work[i]`` whole work units.
+        """The updates of ``clients`` when client ``i`` did only its first ``steps[i]`` steps.
 
-        ``work[i]`` is at least 1 and at most the client's full :meth:`work`; with full work
-        the result equals :meth:`local_updates`. Only algorithms with ``partial_work = True``
-        implement it.
+        ``steps[i]`` is at least 1 and at most the client's :meth:`job_steps`; with every
+        step the result equals :meth:`local_updates`. Only algorithms with
+        ``partial_work = True`` implement it.
         """
         raise NotImplementedError(f"{type(self).__name__} does not support partial work")
 

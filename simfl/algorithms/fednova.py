@@ -44,15 +44,14 @@ def fednova(
 def local_steps_done(outcome: Outcome, full: int) -> NDArray[np.float64]:
     """The local steps behind each aggregated update (rows of ``updates``, in order).
 
-    From ``outcome.work`` (one work unit is one local step; partial work makes it smaller) for
-    the arrived jobs, repeated as ``outcome.repeats`` says; ``full`` for every update when the
-    outcome does not report work (asynchronous aggregations).
+    From ``outcome.steps`` (partial work) for the arrived jobs, repeated as ``outcome.repeats``
+    says; ``full`` for every update when every job did its full work (``steps`` is ``None``).
     """
     arrived = outcome.arrived
-    if outcome.work is None:
+    if outcome.steps is None:
         n = int(arrived.sum()) if outcome.repeats is None else int(outcome.repeats[arrived].sum())
         return np.full(n, float(full))
-    tau: Any = outcome.work[arrived]
+    tau: Any = outcome.steps[arrived]
     if outcome.repeats is not None:
         tau = np.repeat(tau, outcome.repeats[arrived])
     return np.asarray(tau, dtype=np.float64)

@@ -128,9 +128,9 @@ class FedAvg(Algorithm[FedAvgState]):
         clients: NDArray[np.int64],
         round: int,
         streams: Streams,
-        work: NDArray[np.float64],
+        steps: NDArray[np.float64],
     ) -> Updates:
-        return self._train(state, data, clients, round, np.asarray(work, dtype=np.int64))
+        return self._train(state, data, clients, round, np.asarray(steps, dtype=np.int64))
 
     def _train(
         self,

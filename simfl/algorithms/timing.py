@@ -69,7 +69,7 @@ class TimingOnly(Algorithm[None]):
         clients: NDArray[np.int64],
         round: int,
         streams: Streams,
-        work: NDArray[np.float64],
+        steps: NDArray[np.float64],
     ) -> Updates:
         return Updates(clients.astype(np.int64), {})
 

@@ -40,8 +40,8 @@ def close_aggregation(
     ``extra_bytes`` the bytes moved down and up besides the jobs' (edge servers' transfers);
     ``repeats`` how many times each device was drawn (sampling with replacement), its update
     repeated that often; ``partial`` whether the jobs did partial work (the algorithm computes
-    each update from its job's work units). Returns the round's outcome, as the algorithm was
-    told it, with the loss each arrived client reported.
+    each update from the local steps its job did, ``plan.steps``). Returns the round's outcome,
+    as the algorithm was told it, with the loss each arrived client reported.
 
     ``base`` is the state and model version the jobs started from (default: the current state
     and ``round``, a synchronous round); jobs are then recorded with that version as their
@@ -74,6 +74,7 @@ def close_aggregation(
         staleness=staleness,
         repeats=repeats,
         work=plan.work,
+        steps=plan.steps if partial else None,
     )
     row: dict[str, Any] = {
         "round": round,
@@ -96,8 +97,8 @@ def close_aggregation(
 
         def compute() -> tuple[Any, Any]:
             alg = ctx.algorithm
-            work = plan.work if partial else None
-            updates = ctx.updates(state, plan.devices, version, accepted, work)
+            steps = plan.steps if partial else None
+            updates = ctx.updates(state, plan.devices, version, accepted, steps)
             seen = outcome
             if updates.loss is not None:
                 loss = np.full(n, math.nan)

@@ -209,12 +209,12 @@ class RunContext:
         clients: NDArray[np.int64],
         key: int,
         accepted: NDArray[np.bool_] | None = None,
-        work: NDArray[np.float64] | None = None,
+        steps: NDArray[np.float64] | None = None,
     ) -> Updates:
         """The updates of ``clients[accepted]`` from ``state``, with data keyed by ``key``.
 
-        ``work`` (aligned with ``clients``) gives each client's work units under partial work:
-        the algorithm's ``partial_updates`` computes them. Lazy runs compute the accepted
+        ``steps`` (aligned with ``clients``) gives each client's local steps under partial
+        work: the algorithm's ``partial_updates`` computes them. Lazy runs compute the accepted
         clients only. Eager runs also compute the discarded clients' updates, in a batch of
         their own, and throw them away: any side effect of discarded work would show as a
         difference between the two. (That a client's update does not depend on which clients
@@ -222,13 +222,13 @@ class RunContext:
         kernels, e.g. in torch, may legitimately differ in the last bits with the batch size.)
         """
         if accepted is None:
-            return self._local_updates(state, clients, key, work)
+            return self._local_updates(state, clients, key, steps)
         updates = self._local_updates(
-            state, clients[accepted], key, None if work is None else work[accepted]
+            state, clients[accepted], key, None if steps is None else steps[accepted]
         )
         if not self.lazy and not accepted.all():
             rest = ~accepted
-            self._local_updates(state, clients[rest], key, None if work is None else work[rest])
+            self._local_updates(state, clients[rest], key, None if steps is None else steps[rest])
         return updates
 
     def discard(self, state: Any, clients: NDArray[np.int64], key: int) -> None:
@@ -241,7 +241,7 @@ class RunContext:
         state: Any,
         clients: NDArray[np.int64],
         key: int,
-        work: NDArray[np.float64] | None = None,
+        steps: NDArray[np.float64] | None = None,
     ) -> Updates:
         """The algorithm's updates of ``clients``, in slices of at most :data:`UPDATE_SLICE`.
 
@@ -252,12 +252,14 @@ class RunContext:
         alg = self.algorithm
 
         def part(i: int, j: int) -> Updates:
-            if work is None:
+            if steps is None:
                 return alg.local_updates(state, self.data, clients[i:j], key, self.streams)
-            return alg.partial_updates(state, self.data, clients[i:j], key, self.streams, work[i:j])
+            return alg.partial_updates(
+                state, self.data, clients[i:j], key, self.streams, steps[i:j]
+            )
 
         if clients.size <= UPDATE_SLICE:
-            if work is None:  # the common path, without slicing copies
+            if steps is None:  # the common path, without slicing copies
                 return alg.local_updates(state, self.data, clients, key, self.streams)
             return part(0, clients.size)
         return Updates.concat(

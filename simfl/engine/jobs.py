@@ -62,6 +62,8 @@ class JobPlan:
     spent: Array  # (n, 3)
     active_since: Array
     moved: Array  # (n, 2)
+    #: Local steps each job does, under partial work (``None``: the algorithm's full job).
+    steps: Array | None = None
 
     @property
     def size(self) -> int:
@@ -169,31 +171,33 @@ def plan_jobs(
     )
 
 
-def fit_work(plan: JobPlan, t_start: float, deadline: float) -> JobPlan:
-    """The jobs doing only the whole work units that fit before ``t_start + deadline``.
+def fit_work(plan: JobPlan, t_start: float, deadline: float, steps: Array) -> JobPlan:
+    """The jobs doing only the whole local steps that fit before ``t_start + deadline``.
 
-    Partial work (:class:`~simfl.policies.RoundPlan` ``partial``): a unit takes
-    ``compute / work`` seconds, so job ``j`` does ``floor((deadline - download - upload) /
-    unit)`` units, at most its full work, and then arrives by the deadline (exactly as the
-    round's clock reckons it: ``t_start + duration <= t_start + deadline``). A job that cannot
-    fit one unit keeps its full work (it will be late). Work and compute shrink together; the
-    draws are unchanged.
+    Partial work (:class:`~simfl.policies.RoundPlan` ``partial``): job ``j``'s full work is
+    ``steps[j]`` local steps of ``compute / steps`` seconds each, so it does ``floor((deadline
+    - download - upload) / step)`` of them, at most all, and then arrives by the deadline
+    (exactly as the round's clock reckons it: ``t_start + duration <= t_start + deadline``). A
+    job that cannot fit one step keeps its full work (it will be late). Work and compute shrink
+    in proportion; the draws are unchanged. The plan's ``steps`` records the steps each job
+    does.
     """
-    work = plan.work
+    full = np.asarray(steps, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        unit = np.where(work > 0, plan.compute / work, 0.0)
+        unit = np.where(full > 0, plan.compute / full, 0.0)
         room = deadline - plan.download - plan.upload
-        units = np.where(unit > 0, np.floor(room / unit), work)
-    units = np.clip(units, 0.0, work)
-    compute = np.where(units < work, units * unit, plan.compute)
-    for _ in range(2):  # rounding: step back one unit where the sum would pass the deadline
+        done = np.where(unit > 0, np.floor(room / unit), full)
+    done = np.clip(done, 0.0, full)
+    compute = np.where(done < full, done * unit, plan.compute)
+    for _ in range(2):  # rounding: step back one step where the sum would pass the deadline
         over = t_start + (plan.download + compute + plan.upload) > t_start + deadline
-        units = np.where(over & (units > 0), units - 1.0, units)
-        compute = np.where(units < work, units * unit, plan.compute)
-    fits = units >= 1.0
-    return replace(
-        plan, compute=np.where(fits, compute, plan.compute), work=np.where(fits, units, work)
-    )
+        done = np.where(over & (done > 0), done - 1.0, done)
+        compute = np.where(done < full, done * unit, plan.compute)
+    fits = done >= 1.0
+    done = np.where(fits, done, full)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        work = np.where(done < full, plan.work * (done / full), plan.work)
+    return replace(plan, compute=np.where(fits, compute, plan.compute), work=work, steps=done)
 
 
 def resolution(plan: JobPlan) -> tuple[Array, NDArray[np.bool_]]:

@@ -218,7 +218,8 @@ def start_round(
                 f"{type(policy).__name__} planned partial work without a deadline: "
                 f"RoundPlan.partial needs RoundPlan.deadline"
             )
-        plan = fit_work(plan, ctx.env.now, decision.deadline)
+        steps = ctx.algorithm.job_steps(ctx.state, plan.devices)
+        plan = fit_work(plan, ctx.env.now, decision.deadline, steps)
     quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
     return RoundState(ctx.env, plan, quota, key, stage), repeats
 

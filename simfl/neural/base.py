@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -93,7 +93,13 @@ class NeuralState:
 
 
 class NeuralAlgorithm(Algorithm[NeuralState]):
-    """Base of the neural algorithms (see the module docstring); subclasses are dataclasses."""
+    """Base of the neural algorithms (see the module docstring); subclasses are dataclasses.
+
+    Partial work (``partial_work``): a step is one minibatch SGD step, so a client under a
+    deadline trains on a prefix of its batches (:meth:`partial_updates`).
+    """
+
+    partial_work: ClassVar[bool] = True
 
     optimizer: SGD
     #: Epochs each client fine-tunes its personal part before it is evaluated (0: none).
@@ -160,6 +166,29 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         )
         return Payload(down=size, up=size)
 
+    def job_steps(self, state: NeuralState, clients: IntArray) -> NDArray[np.float64]:
+        """Minibatch SGD steps of each client's round: every phase's epochs of its batches."""
+        batches = np.ceil(state.sizes[clients] / self.optimizer.batch_size)
+        epochs = sum(p.epochs for p in self.phases(state.network))
+        return np.asarray(epochs * batches, dtype=np.float64)
+
+    def partial_updates(
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        steps: NDArray[np.float64],
+    ) -> Updates:
+        """The cohort's parameters after each client's first ``steps[i]`` minibatch steps.
+
+        The same batches in the same order as :meth:`local_updates` (a client that stops
+        early skips the rest of its schedule), so a client's partial update is the prefix of
+        its full one.
+        """
+        return self.local_updates(state, data, clients, round, streams, limit=steps)
+
     def local_updates(
         self,
         state: NeuralState,
@@ -167,8 +196,12 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         clients: IntArray,
         round: int,
         streams: Streams,
+        limit: NDArray[np.float64] | None = None,
     ) -> Updates:
-        """The cohort's trained parameters, in one batched computation (see the module doc)."""
+        """The cohort's trained parameters, in one batched computation (see the module doc).
+
+        ``limit`` caps each client's minibatch steps (partial work; ``None``: every step).
+        """
         net = state.network
         phases = self.phases(net)
         rngs = [streams.generator("neural/batches", int(c), round) for c in clients]
@@ -182,6 +215,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
             self.optimizer,
             rngs,
             self.prox(state),
+            limit=limit,
         )
         trained = net.params_of({layer for p in phases for layer in p.layers})
         return Updates(

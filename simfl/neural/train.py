@@ -130,6 +130,7 @@ def train_cohort(
     sgd: SGD,
     rngs: Sequence[np.random.Generator],
     prox: tuple[float, Params] | None = None,
+    limit: NDArray[np.float64] | None = None,
 ) -> tuple[Params, NDArray[np.float64]]:
     """Train a cohort of ``C`` clients, each on its own samples, in one batched computation.
 
@@ -151,6 +152,9 @@ def train_cohort(
         One generator per client; each epoch draws the client's permutation from it.
     prox
         ``(mu, w0)``: add the proximal term ``mu/2 ||w - w0||^2`` to every client's loss.
+    limit
+        Each client's number of minibatch steps (partial work): a client stops once it has
+        taken that many, its batches drawn as without the limit (``None``: every step).
 
     Returns
     -------
@@ -175,7 +179,13 @@ def train_cohort(
                 sgd.batch_size,
             )
             for s in range(order.shape[1]):
-                cohort.step(params, names, torch.from_numpy(order[:, s]), feats, first)
+                pos = order[:, s]
+                if limit is not None:  # clients past their steps sit the rest out
+                    going = cohort.steps_done < limit
+                    if not going.any():
+                        break
+                    pos = np.where(going[:, None], pos, -1)
+                cohort.step(params, names, torch.from_numpy(pos), feats, first)
     out = {n: p.detach() for n, p in params.items()}
     with np.errstate(invalid="ignore"):
         return out, cohort.loss_sum / cohort.steps_done

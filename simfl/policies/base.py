@@ -355,7 +355,8 @@ def check_partial_work(field: str, algorithm: Algorithm[Any]) -> None:
     if not type(algorithm).partial_work:
         raise ValueError(
             f"{field}=True needs an algorithm that supports partial work (partial_work = True: "
-            f"linear FedAvg, linear FedRep, TimingOnly); {type(algorithm).__name__} does not"
+            f"linear FedAvg and FedRep, the simfl.neural algorithms, TimingOnly); "
+            f"{type(algorithm).__name__} does not"
         )
 
 

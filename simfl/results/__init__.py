@@ -20,17 +20,16 @@
     A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds,
     and ``initial_metrics`` (the metrics of the model before round 0, at time 0).
 
-``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json``; ``load(dir)``
-reads them back exactly (same dtypes, same values, bit for bit).
+``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json`` as one folder,
+published whole (:mod:`simfl.results.folder`); ``load(dir)`` checks the folder and reads them
+back exactly (same dtypes, same values, bit for bit).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from simfl.outcome import STATUSES
+from simfl.results import folder
 
 __all__ = ["ROUND_STATUSES", "Recorder", "Results"]
 
@@ -226,40 +226,48 @@ class Results:
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``rounds.parquet``, ``clients.parquet`` and ``meta.json`` into ``directory``.
 
-        Each file is written to a temporary name and renamed, so a reader never sees a half
-        written file.
+        The folder is published as a whole (see :mod:`simfl.results.folder`): written under a
+        hidden sibling name, flushed to disk and renamed into place, replacing an earlier
+        results folder there, so a reader never sees a half-written or mixed folder. Files get
+        the usual mode (0666 less the umask). ``meta.json``, written last, lists the other
+        files with their sizes and SHA-256 (its reserved key ``"_files"``).
+
+        Raises
+        ------
+        ValueError
+            Before anything is written, if ``directory`` is a file, a folder holding other
+            files than results, has a name too long for the filesystem, or cannot be created
+            (see :func:`~simfl.results.folder.check_destination`).
+        OSError
+            If writing fails (e.g. a full disk); an earlier folder there is left as it was.
         """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, frame in (("rounds", self.rounds), ("clients", self.clients)):
-            _atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False))
-        text = json.dumps(self.meta, indent=2, sort_keys=True, allow_nan=True)
-        _atomic(out / "meta.json", lambda p: Path(p).write_text(text + "\n"))
-        return out
+        return folder.publish(
+            directory, {"rounds": self.rounds, "clients": self.clients}, self.meta
+        )
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Results:
-        """Read results written by :meth:`save`."""
-        src = Path(directory)
-        missing = [
-            f for f in ("rounds.parquet", "clients.parquet", "meta.json") if not (src / f).is_file()
-        ]
-        if missing:
-            raise FileNotFoundError(f"{src} is not a simfl results directory (missing {missing})")
-        meta = json.loads((src / "meta.json").read_text())
-        return cls(
-            pd.read_parquet(src / "rounds.parquet"),
-            pd.read_parquet(src / "clients.parquet"),
-            meta,
-        )
+        """Read results written by :meth:`save`, after checking the folder is whole.
+
+        Raises
+        ------
+        FileNotFoundError
+            If the folder does not exist or lacks one of its files.
+        ValueError
+            If its files do not match the list in its ``meta.json`` (files of different saves,
+            a truncated file). Folders saved before that list existed are read unchecked,
+            unless they hold the temporary files of an interrupted save.
+        """
+        frames, meta = folder.read(directory, ("rounds", "clients"))
+        rounds = _with_status_dtype(frames["rounds"], _round_status_dtype())
+        clients = _with_status_dtype(frames["clients"], _job_status_dtype())
+        return cls(rounds, clients, meta)
 
 
-def _atomic(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _with_status_dtype(frame: pd.DataFrame, dtype: pd.CategoricalDtype) -> pd.DataFrame:
+    """Give ``status`` its categories back (Parquet drops those of an empty column)."""
+    if "status" in frame and frame["status"].dtype != dtype:
+        status = frame["status"]
+        if status.isin(dtype.categories).all():
+            frame["status"] = status.astype(dtype)
+    return frame
