@@ -34,7 +34,8 @@ Policies, 20 updates per aggregation wherever the policy has such a knob:
     fedbuff         FedBuff(buffer_size=10, concurrency=20)
     fedat           FedAT(tiers=3, count=7)
     oort            Oort(count=20) (over-commit 30%, its defaults otherwise)
-    tifl            TiFL(tiers=5, count=20, selection="adaptive")
+    tifl            TiFL(tiers=5, count=20, selection="adaptive", profile_rounds=3): three
+                    profiling rounds of the whole fleet, then one tier per round
     fedcs           FedCS(seconds=4, fraction=0.5)
 
 Every run stops at its target or at the time budget. Prints, per fleet and task, time to
@@ -169,7 +170,7 @@ EXTRA: dict[str, Any] = {}
 if hasattr(policies, "Oort"):
     EXTRA["oort"] = lambda: policies.Oort(count=20)
 if hasattr(policies, "TiFL"):
-    EXTRA["tifl"] = lambda: policies.TiFL(tiers=5, count=20, selection="adaptive")
+    EXTRA["tifl"] = lambda: policies.TiFL(tiers=5, count=20, selection="adaptive", profile_rounds=3)
 if hasattr(policies, "FedCS"):
     EXTRA["fedcs"] = lambda: policies.FedCS(seconds=DEADLINE, fraction=0.5)
 
