@@ -295,16 +295,29 @@ def _cell(row: dict[str, Any]) -> str:
 
 
 def readme_table(results: dict[str, Any]) -> str:
-    """The README's catalogue table, from the results file (so the two cannot drift)."""
+    """The README's catalogue tables, from the results file (so the two cannot drift).
+
+    First the speedups over wait-all (95% CI) with the slow tier's share of the aggregated
+    updates, one column per task and fleet; then each policy's paper claim beside what simfl
+    sees in each column.
+    """
     rows = results["rows"]
     panels = list(dict.fromkeys((r["task"], r["fleet"]) for r in rows))
     policies_ = list(dict.fromkeys(r["policy"] for r in rows))
     cells = {(r["task"], r["fleet"], r["policy"]): r for r in rows}
-    head = "| policy | " + " | ".join(f"{t}, {f} fleet" for t, f in panels) + " |"
-    lines = [head, "|---" * (len(panels) + 1) + "|"]
+    heads = " | ".join(f"{t}, {f} fleet" for t, f in panels)
+    rule = "|---" * (len(panels) + 1) + "|"
+    lines = [f"| policy | {heads} |", rule]
     for name in policies_:
         row = [_cell(cells[(t, f, name)]) if (t, f, name) in cells else "n/a" for t, f in panels]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", f"| policy | its paper claims | seen here ({'; '.join(heads.split(' | '))}) |"]
+    lines.append("|---|---|---|")
+    for name in policies_:
+        seen = [
+            cells[(t, f, name)]["seen_here"] if (t, f, name) in cells else "n/a" for t, f in panels
+        ]
+        lines.append(f"| {name} | {CLAIMS.get(name, '')} | " + "; ".join(seen) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -373,6 +386,8 @@ def main() -> None:
         json.dumps({"seeds": seeds, "quick": args.quick, "rows": records}, indent=1) + "\n"
     )
     print(f"results: {results}")
+    print("\nREADME tables (between the catalogue markers):\n")
+    print(readme_table(json.loads(results.read_text())))
 
     import matplotlib
 
