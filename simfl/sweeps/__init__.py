@@ -10,7 +10,7 @@
 
 from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
 from simfl.sweeps.grid import Case, grid
-from simfl.sweeps.run import SweepOutcome, sweep
+from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
 from simfl.sweeps.store import MemoryStore, Store
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "MemoryStore",
     "Processes",
     "Store",
+    "SweepInterrupted",
     "SweepOutcome",
     "grid",
     "make_executor",

@@ -10,6 +10,7 @@ to the sweep (never the model).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pickle
 import platform
 import re
@@ -52,6 +53,9 @@ class RunSpec:
         Where the worker writes the run (``None``: it returns the results instead).
     replace_failed
         Replace a stored ``failed`` record of this run.
+    error
+        Why the scenario cannot run anywhere (it cannot be pickled or fingerprinted; then
+        ``payload`` is empty): :func:`execute` records the run ``failed`` with this error.
     """
 
     run_id: str
@@ -59,6 +63,7 @@ class RunSpec:
     info: dict[str, Any]
     store: str | None = None
     replace_failed: bool = False
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +101,15 @@ def make_spec(
     git: str | None = None,
     replace_failed: bool = False,
 ) -> RunSpec:
-    """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values)."""
-    fp = scenario_fingerprint(scenario)
+    """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values).
+
+    Never raises for a scenario that cannot be fingerprinted or pickled: its spec carries the
+    ``error``, so that the sweep records that run ``failed`` and runs the others.
+    """
+    fp, error = _identify(scenario)
+    payload = b""
+    if error is None:
+        payload, error = _ship(scenario)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
     info = {
@@ -114,12 +126,42 @@ def make_spec(
         "git_revision": git,
     }
     return RunSpec(
-        f"{slug}-{fp[:12]}-s{scenario.seed}",
-        cloudpickle.dumps(scenario),
-        info,
-        store,
-        replace_failed,
+        f"{slug}-{fp[:12]}-s{scenario.seed}", payload, info, store, replace_failed, error
     )
+
+
+def _identify(scenario: Scenario) -> tuple[str, str | None]:
+    """The scenario's fingerprint, or a stand-in from its repr and why there is none."""
+    try:
+        return scenario_fingerprint(scenario), None
+    except Exception as exc:  # e.g. an opaque object whose repr is a memory address
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(scenario))
+        stand_in = hashlib.sha256(f"unfingerprintable:{text}".encode()).hexdigest()
+        return stand_in, f"cannot fingerprint the scenario (run ids need one): {_line(exc)}"
+
+
+def _ship(scenario: Scenario) -> tuple[bytes, str | None]:
+    """The scenario pickled for a worker, or no bytes and why it cannot be pickled."""
+    try:
+        return cloudpickle.dumps(scenario), None
+    except Exception as exc:
+        culprit, problem = "the scenario", _line(exc)
+    for f in dataclasses.fields(scenario):  # name the field that cannot be pickled
+        try:
+            cloudpickle.dumps(getattr(scenario, f.name))
+        except Exception as exc:
+            culprit, problem = f"Scenario.{f.name}", _line(exc)
+            break
+    return b"", (
+        f"cannot send the scenario to a worker: {culprit} cannot be pickled ({problem}); "
+        f"scenarios travel pickled with cloudpickle, so they must not hold locks, open "
+        f"files, connections or other process-bound objects"
+    )
+
+
+def _line(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line."""
+    return " ".join(traceback.format_exception_only(type(exc), exc)).strip().replace("\n", " ")
 
 
 def _now() -> str:
@@ -156,9 +198,10 @@ def record_of(
 def execute(spec: RunSpec) -> RunOutcome:
     """Run one spec and store it; never raises for a failing scenario (it is recorded failed).
 
-    A run that raises (even while the scenario is unpickled or built) or that ``simfl.run``
-    records as an error is stored with status ``failed``, its traceback or error message, and
-    whatever rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
+    A run that raises (even while the scenario is unpickled or built), that ``simfl.run``
+    records as an error, or whose spec carries an ``error`` (a scenario that could not be
+    pickled) is stored with status ``failed``, its traceback or error message, and whatever
+    rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
     """
     store = None
     if spec.store is not None:
@@ -176,10 +219,10 @@ def execute(spec: RunSpec) -> RunOutcome:
             return RunOutcome(stored, fresh=False)
     started, clock = _now(), time.perf_counter()
     results: Results | None = None
-    error: str | None = None
+    error = spec.error
     try:
-        scenario = pickle.loads(spec.payload)
-        results = run(scenario, progress=False)
+        if error is None:
+            results = run(pickle.loads(spec.payload), progress=False)
     except Exception:
         error = traceback.format_exc()
     if results is not None:
