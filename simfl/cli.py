@@ -240,10 +240,26 @@ def _resume_command(args: argparse.Namespace, store: str | Path) -> str:
     return shlex.join(words)
 
 
+def _stopped(
+    exc: KeyboardInterrupt, terminated: bool, args: argparse.Namespace, store: str | Path
+) -> int:
+    """Say what an interrupted sweep did and how to resume it; its exit status (130 or 143)."""
+    from simfl.sweeps.run import SweepInterrupted
+
+    if isinstance(exc, SweepInterrupted):
+        print(exc.outcome.summary(), flush=True)
+    why = "terminated (SIGTERM)" if terminated else "interrupted"
+    print(
+        f"{why}: the sweep and its workers stopped; finished runs are in {store}/. Run the same "
+        f"command to resume (finished runs are skipped):\n  {_resume_command(args, store)}",
+        file=sys.stderr,
+    )
+    return 128 + signal.SIGTERM if terminated else 130
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simfl import compare
     from simfl.sweeps import sweep
-    from simfl.sweeps.run import SweepInterrupted
 
     cases = load_cases(args.scenario)
     seeds = parse_seeds(args.seeds)
@@ -276,15 +292,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 progress=not args.quiet,
             )
     except KeyboardInterrupt as exc:
-        if isinstance(exc, SweepInterrupted):
-            print(exc.outcome.summary(), flush=True)
-        why = "terminated (SIGTERM)" if signals else "interrupted"
-        print(
-            f"{why}: its workers are stopped and finished runs are in {store}/; run the same "
-            f"command to resume (finished runs are skipped):\n  {_resume_command(args, store)}",
-            file=sys.stderr,
-        )
-        return 128 + signal.SIGTERM if signals else 130
+        return _stopped(exc, bool(signals), args, store)
     print(out.summary())
     if target is not None and len(out.failed) < len(out.run_ids):
         metric, side, value = target

@@ -34,6 +34,10 @@ from simfl.sweeps.store import Store
 
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
 
+#: Payloads already made (see :func:`make_spec`): the identities of a scenario's fields other
+#: than its seed -> (payload, error, those fields, kept alive so that no id is reused).
+Shipped = dict[tuple[int, ...], tuple[bytes, str | None, tuple[Any, ...]]]
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -44,7 +48,9 @@ class RunSpec:
     run_id
         The run's directory name in the store: ``<name>-<fingerprint[:12]>-s<seed>``.
     payload
-        The :class:`~simfl.Scenario`, pickled with ``cloudpickle``.
+        The :class:`~simfl.Scenario`, pickled with ``cloudpickle``; its seed may be another
+        (runs that differ only in their seed can share one payload): the run's seed is
+        ``info["seed"]``.
     info
         The run's record before it runs: ``name``, ``seed``, ``labels``, ``position``,
         ``fingerprint``, ``n_devices``, ``algorithm_name``, ``policy_name``, ``metrics``, ``goals``,
@@ -100,16 +106,19 @@ def make_spec(
     store: str | None = None,
     git: str | None = None,
     replace_failed: bool = False,
+    shipped: Shipped | None = None,
 ) -> RunSpec:
     """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values).
 
     Never raises for a scenario that cannot be fingerprinted or pickled: its spec carries the
-    ``error``, so that the sweep records that run ``failed`` and runs the others.
+    ``error``, so that the sweep records that run ``failed`` and runs the others. Specs made
+    with the same ``shipped`` dict pickle a scenario once for all its seeds: scenarios whose
+    other fields are the same objects (``dataclasses.replace(base, seed=s)``) share a payload.
     """
     fp, error = _identify(scenario)
     payload = b""
     if error is None:
-        payload, error = _ship(scenario)
+        payload, error = _ship(scenario, {} if shipped is None else shipped)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
     info = {
@@ -140,8 +149,20 @@ def _identify(scenario: Scenario) -> tuple[str, str | None]:
         return stand_in, f"cannot fingerprint the scenario (run ids need one): {_line(exc)}"
 
 
-def _ship(scenario: Scenario) -> tuple[bytes, str | None]:
-    """The scenario pickled for a worker, or no bytes and why it cannot be pickled."""
+def _ship(scenario: Scenario, shipped: Shipped) -> tuple[bytes, str | None]:
+    """The scenario pickled for a worker (from ``shipped`` if it was), or why it cannot be."""
+    fields = tuple(
+        getattr(scenario, f.name) for f in dataclasses.fields(scenario) if f.name != "seed"
+    )
+    key = tuple(id(v) for v in fields)
+    if key not in shipped:
+        shipped[key] = (*_pickle(scenario), fields)
+    payload, error, _ = shipped[key]
+    return payload, error
+
+
+def _pickle(scenario: Scenario) -> tuple[bytes, str | None]:
+    """The scenario pickled with cloudpickle, or no bytes and why it cannot be pickled."""
     try:
         return cloudpickle.dumps(scenario), None
     except Exception as exc:
@@ -222,7 +243,10 @@ def execute(spec: RunSpec) -> RunOutcome:
     error = spec.error
     try:
         if error is None:
-            results = run(pickle.loads(spec.payload), progress=False)
+            scenario: Scenario = pickle.loads(spec.payload)
+            if scenario.seed != spec.info["seed"]:  # a payload shared by the sweep's seeds
+                scenario = dataclasses.replace(scenario, seed=spec.info["seed"])
+            results = run(scenario, progress=False)
     except Exception:
         error = traceback.format_exc()
     if results is not None:
