@@ -98,18 +98,20 @@ LINEAR = textwrap.dedent(
 
 
 def test_the_seeds_of_a_scenario_share_one_payload():
-    shipped: dict[Any, Any] = {}
+    prepared: dict[Any, Any] = {}
     base = timing_scenario(n=6, rounds=4)
-    specs = [make_spec(dataclasses.replace(base, seed=s), {}, shipped=shipped) for s in (0, 7)]
-    assert specs[0].payload is specs[1].payload and len(shipped) == 1
+    specs = [make_spec(dataclasses.replace(base, seed=s), {}, prepared=prepared) for s in (0, 7)]
+    assert specs[0].payload is specs[1].payload and len(prepared) == 1
+    alone = make_spec(dataclasses.replace(base, seed=7), {})
+    assert alone.run_id == specs[1].run_id and alone.info == specs[1].info
     assert [s.info["seed"] for s in specs] == [0, 7]
     seven = execute(specs[1]).results  # the worker runs the spec's seed, not the payload's
     direct = simfl.run(dataclasses.replace(base, seed=7), progress=False)
     assert seven is not None and seven.meta["seed"] == 7
     pd.testing.assert_frame_equal(seven.clients, direct.clients, check_exact=True)
     assert not seven.clients.equals(simfl.run(base, progress=False).clients)  # seed 0's
-    other = make_spec(dataclasses.replace(base, name="other"), {}, shipped=shipped)
-    assert other.payload is not specs[0].payload and len(shipped) == 2
+    other = make_spec(dataclasses.replace(base, name="other"), {}, prepared=prepared)
+    assert other.payload is not specs[0].payload and len(prepared) == 2
 
 
 def test_options_are_refused_before_any_run(tmp_path, capsys):

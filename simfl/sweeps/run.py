@@ -32,7 +32,7 @@ from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case
 from simfl.sweeps.store import MemoryStore, Store
-from simfl.sweeps.worker import RunSpec, Shipped, execute, git_revision, make_spec, record_of
+from simfl.sweeps.worker import Prepared, RunSpec, execute, git_revision, make_spec, record_of
 
 __all__ = ["SweepInterrupted", "SweepOutcome", "sweep"]
 
@@ -258,7 +258,7 @@ def _specs(
         If two cases are the same run.
     """
     git = git_revision()
-    shipped: Shipped = {}  # each scenario is pickled once for all its seeds
+    prepared: Prepared = {}  # each scenario is fingerprinted and pickled once for all its seeds
     specs: list[RunSpec] = []
     seen: dict[str, int] = {}
     cases = tqdm(items, desc="prepare", unit="run", delay=2, leave=False, disable=not progress)
@@ -270,7 +270,7 @@ def _specs(
             store=where,
             git=git,
             replace_failed=retry_failed,
-            shipped=shipped,
+            prepared=prepared,
         )
         if spec.run_id in seen:
             raise ValueError(

@@ -34,9 +34,10 @@ from simfl.sweeps.store import Store
 
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
 
-#: Payloads already made (see :func:`make_spec`): the identities of a scenario's fields other
-#: than its seed -> (payload, error, those fields, kept alive so that no id is reused).
-Shipped = dict[tuple[int, ...], tuple[bytes, str | None, tuple[Any, ...]]]
+#: What :func:`make_spec` already worked out, for all seeds of a scenario: the identities of its
+#: class and of its fields other than the seed -> (fingerprint, payload, error, those fields,
+#: kept alive so that no id is reused).
+Prepared = dict[tuple[int, ...], tuple[str, bytes, str | None, tuple[Any, ...]]]
 
 
 @dataclass(frozen=True)
@@ -106,19 +107,24 @@ def make_spec(
     store: str | None = None,
     git: str | None = None,
     replace_failed: bool = False,
-    shipped: Shipped | None = None,
+    prepared: Prepared | None = None,
 ) -> RunSpec:
     """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values).
 
     Never raises for a scenario that cannot be fingerprinted or pickled: its spec carries the
     ``error``, so that the sweep records that run ``failed`` and runs the others. Specs made
-    with the same ``shipped`` dict pickle a scenario once for all its seeds: scenarios whose
-    other fields are the same objects (``dataclasses.replace(base, seed=s)``) share a payload.
+    with the same ``prepared`` dict fingerprint and pickle a scenario once for all its seeds:
+    scenarios whose other fields are the same objects (``dataclasses.replace(base, seed=s)``)
+    share one payload.
     """
-    fp, error = _identify(scenario)
-    payload = b""
-    if error is None:
-        payload, error = _ship(scenario, {} if shipped is None else shipped)
+    fields = tuple(
+        getattr(scenario, f.name) for f in dataclasses.fields(scenario) if f.name != "seed"
+    )
+    key = (id(type(scenario)), *(id(v) for v in fields))
+    prepared = {} if prepared is None else prepared
+    if key not in prepared:
+        prepared[key] = (*_prepare(scenario, fields), fields)
+    fp, payload, error, _ = prepared[key]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
     info = {
@@ -139,26 +145,19 @@ def make_spec(
     )
 
 
-def _identify(scenario: Scenario) -> tuple[str, str | None]:
-    """The scenario's fingerprint, or a stand-in from its repr and why there is none."""
+def _prepare(scenario: Scenario, fields: tuple[Any, ...]) -> tuple[str, bytes, str | None]:
+    """Fingerprint and payload of ``scenario``, or why it cannot run (then no payload).
+
+    ``fields`` are its values other than the seed: a scenario that cannot be fingerprinted
+    gets a stand-in from their repr (memory addresses removed), the same for all its seeds.
+    """
     try:
-        return scenario_fingerprint(scenario), None
+        fp = scenario_fingerprint(scenario)
     except Exception as exc:  # e.g. an opaque object whose repr is a memory address
-        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(scenario))
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(scenario).__qualname__}{fields!r}")
         stand_in = hashlib.sha256(f"unfingerprintable:{text}".encode()).hexdigest()
-        return stand_in, f"cannot fingerprint the scenario (run ids need one): {_line(exc)}"
-
-
-def _ship(scenario: Scenario, shipped: Shipped) -> tuple[bytes, str | None]:
-    """The scenario pickled for a worker (from ``shipped`` if it was), or why it cannot be."""
-    fields = tuple(
-        getattr(scenario, f.name) for f in dataclasses.fields(scenario) if f.name != "seed"
-    )
-    key = tuple(id(v) for v in fields)
-    if key not in shipped:
-        shipped[key] = (*_pickle(scenario), fields)
-    payload, error, _ = shipped[key]
-    return payload, error
+        return stand_in, b"", f"cannot fingerprint the scenario (run ids need one): {_line(exc)}"
+    return (fp, *_pickle(scenario))
 
 
 def _pickle(scenario: Scenario) -> tuple[bytes, str | None]:
