@@ -35,8 +35,8 @@ from simfl.sweeps.store import Store
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
 
 #: What :func:`make_spec` already worked out, for all seeds of a scenario: the identities of its
-#: class and of its fields other than the seed -> (fingerprint, payload, error, those fields,
-#: kept alive so that no id is reused).
+#: class and of its fields other than the seed -> (fingerprint, payload, error, that class and
+#: those fields, kept alive so that no id is reused).
 Prepared = dict[tuple[int, ...], tuple[str, bytes, str | None, tuple[Any, ...]]]
 
 
@@ -120,10 +120,11 @@ def make_spec(
     fields = tuple(
         getattr(scenario, f.name) for f in dataclasses.fields(scenario) if f.name != "seed"
     )
-    key = (id(type(scenario)), *(id(v) for v in fields))
+    alive = (type(scenario), *fields)
+    key = tuple(id(v) for v in alive)
     prepared = {} if prepared is None else prepared
     if key not in prepared:
-        prepared[key] = (*_prepare(scenario, fields), fields)
+        prepared[key] = (*_prepare(scenario, fields), alive)
     fp, payload, error, _ = prepared[key]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
