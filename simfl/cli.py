@@ -7,12 +7,14 @@
 ``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
 ``[--scheduler tcp://host:8786] [--workers N] [--retry-failed] [--target "distance<1e-3"]``
     Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
-    ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed, with
-    a progress bar over runs, into a results store (default ``runs/sweep-FILE``). Runs already
-    in the store are skipped, so re-running a killed sweep resumes it; failed runs are kept and
-    skipped unless ``--retry-failed``. Prints what ran, was skipped or failed, and, with
-    ``--target``, the time-to-target across seeds (mean with a bootstrap 95% CI) for each
-    scenario. Exit status 1 if any run of the sweep failed.
+    ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed
+    (at most ``MAX_SEEDS``), with a progress bar over runs, into a results store (default
+    ``runs/sweep-FILE``). Runs already in the store are skipped, so re-running a killed sweep
+    resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what ran, was
+    skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
+    anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI) for each
+    scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
+    the workers are stopped and it prints what finished and the command that resumes.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
 ``[--by COLUMN] [--baseline NAME]``
     Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``). Runs
@@ -34,17 +36,21 @@ that cannot be written, a full disk, an unreachable scheduler) are printed as on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import hashlib
 import importlib.util
 import re
+import shlex
+import signal
 import socket
 import sys
+import threading
 import traceback
 import urllib.parse
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,7 @@ from simfl.sweeps.grid import Case
 from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning
 
 __all__ = [
+    "MAX_SEEDS",
     "UsageError",
     "load_cases",
     "load_scenarios",
@@ -98,6 +105,10 @@ _CONNECT_TIMEOUT = 5.0
 
 class UsageError(Exception):
     """A command that cannot be carried out as given; :func:`main` prints it as one line."""
+
+
+#: The most seeds ``simfl sweep --seeds`` takes (each seed is one run of every scenario).
+MAX_SEEDS = 100_000
 
 
 def _load(path: str | Path) -> Any:
@@ -253,17 +264,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """Seeds from ``"0-9"``, ``"1,4,7"`` or a mix such as ``"0-3,10"``."""
-    seeds: list[int] = []
+    """Seeds from ``"0-9"``, ``"1,4,7"`` or a mix such as ``"0-3,10"``.
+
+    Raises
+    ------
+    ValueError
+        If ``text`` does not look like that (seeds are >= 0), a range is empty, or it lists
+        more than :data:`MAX_SEEDS` seeds (counted before any list is made).
+    """
+    ranges: list[range] = []
     try:
         for part in text.split(","):
             lo, _, hi = part.strip().partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+            ranges.append(range(int(lo), int(hi or lo) + 1))
     except ValueError:
         raise ValueError(f"--seeds must look like 0-9 or 1,4,7, got {text!r}") from None
-    if not seeds or min(seeds) < 0:
-        raise ValueError(f"--seeds must list non-negative seeds, got {text!r}")
-    return seeds
+    if any(not r for r in ranges):
+        raise ValueError(f"--seeds ranges must go from low to high, like 0-9, got {text!r}")
+    count = sum(len(r) for r in ranges)
+    if count > MAX_SEEDS:
+        raise ValueError(
+            f"--seeds {text} lists {count:,} seeds; a sweep takes at most {MAX_SEEDS:,} "
+            f"(each seed is one run of every scenario)"
+        )
+    return [seed for r in ranges for seed in r]
 
 
 def parse_target(text: str) -> tuple[str, str, float]:
@@ -278,6 +302,70 @@ def parse_target(text: str) -> tuple[str, str, float]:
     raise ValueError(f"--target must look like metric<value or metric>value, got {text!r}")
 
 
+def _check_target(metric: str, cases: Sequence[Case]) -> None:
+    """Refuse a ``--target`` metric that no case's task reports, before anything runs."""
+    valid = sorted(
+        {m for c in cases if c.scenario.task is not None for m in c.scenario.task.metrics}
+    )
+    if not valid:
+        raise ValueError(f"--target {metric!r}: these scenarios have no task, so no metrics")
+    if metric not in valid:
+        raise ValueError(
+            f"--target metric {metric!r} is not a metric of these scenarios; valid: "
+            f"{', '.join(valid)}"
+        )
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(seen: list[int]) -> Iterator[None]:
+    """Within the block SIGTERM interrupts like Ctrl-C (and is appended to ``seen``).
+
+    So ``kill PID`` stops a sweep's workers cleanly and prints how to resume. Only in the main
+    thread (elsewhere the block runs with the handler as it was).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        if not seen:  # a second SIGTERM does not cut the clean-up short (SIGKILL does)
+            seen.append(signum)
+            raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _resume_command(args: argparse.Namespace, store: str | Path) -> str:
+    """The ``simfl sweep`` command line that resumes this sweep."""
+    words = ["simfl", "sweep", str(args.scenario), "--seeds", args.seeds, "--store", str(store)]
+    for flag in ("executor", "scheduler", "workers"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag}", str(getattr(args, flag))]
+    words += ["--retry-failed"] if args.retry_failed else []
+    return shlex.join(words)
+
+
+def _stopped(
+    exc: KeyboardInterrupt, terminated: bool, args: argparse.Namespace, store: str | Path
+) -> int:
+    """Say what an interrupted sweep did and how to resume it; its exit status (130 or 143)."""
+    from simfl.sweeps.run import SweepInterrupted
+
+    if isinstance(exc, SweepInterrupted):
+        print(exc.outcome.summary(), flush=True)
+    why = "terminated (SIGTERM)" if terminated else "interrupted"
+    print(
+        f"{why}: the sweep and its workers stopped; finished runs are in {store}/. Run the same "
+        f"command to resume (finished runs are skipped):\n  {_resume_command(args, store)}",
+        file=sys.stderr,
+    )
+    return 128 + signal.SIGTERM if terminated else 130
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simfl import compare
     from simfl.sweeps import sweep
@@ -285,6 +373,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     cases = load_cases(args.scenario)
     seeds = parse_seeds(args.seeds)
     target = parse_target(args.target) if args.target else None
+    if target is not None:
+        _check_target(target[0], cases)
     grid = [
         Case(
             dataclasses.replace(c.scenario, seed=seed),
@@ -300,22 +390,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{len(grid)} runs ({len(cases)} scenarios x {len(seeds)} seeds) -> {store}/",
         flush=True,
     )
+    signals: list[int] = []
     try:
-        out = sweep(
-            grid,
-            store=store,
-            executor=args.executor,
-            workers=args.workers,
-            scheduler=args.scheduler,
-            retry_failed=args.retry_failed,
-            progress=not args.quiet,
-        )
-    except KeyboardInterrupt:
-        print(
-            f"interrupted: finished runs are in {store}/; run the same command to resume",
-            file=sys.stderr,
-        )
-        return 130
+        with _sigterm_interrupts(signals):
+            out = sweep(
+                grid,
+                store=store,
+                executor=args.executor,
+                workers=args.workers,
+                scheduler=args.scheduler,
+                retry_failed=args.retry_failed,
+                progress=not args.quiet,
+            )
+    except KeyboardInterrupt as exc:
+        return _stopped(exc, bool(signals), args, store)
     print(out.summary())
     if target is not None and len(out.failed) < len(out.run_ids):
         metric, side, value = target

@@ -13,7 +13,7 @@
 from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
 from simfl.sweeps.grid import Case, grid
 from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
-from simfl.sweeps.run import SweepOutcome, sweep
+from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
 from simfl.sweeps.store import MemoryStore, Store
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreWarning",
+    "SweepInterrupted",
     "SweepOutcome",
     "grid",
     "make_executor",

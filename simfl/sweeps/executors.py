@@ -9,7 +9,10 @@ the sweep sends (:func:`simfl.sweeps.worker.execute`) never raises for a failing
 * :class:`Inline` runs one item after the other here (debugging, ``workers=1``).
 * :class:`Processes` uses a pool of local processes (the default). If a worker process dies
   (killed, out of memory), the pool is restarted and the runs in flight are tried again, up to
-  ``restarts`` times each.
+  ``restarts`` times each. Workers die with the sweep's process however it ends: an interrupted
+  sweep (Ctrl-C, or SIGTERM under ``simfl sweep``) kills them before it returns, and on Linux
+  the kernel kills them when it is killed (``prctl(PR_SET_PDEATHSIG)``; elsewhere a watchdog
+  thread in each worker polls for its parent).
 * :class:`Dask` submits runs to a ``distributed`` cluster: an existing scheduler
   (``Dask("tcp://host:8786")``), a client you made (``Dask(client=Client(SLURMCluster(...)))``,
   dask-jobqueue) or a local cluster of ``workers`` single-threaded processes. Dask re-runs the
@@ -20,9 +23,14 @@ Executors are context managers; :func:`simfl.sweep` closes the ones it makes, no
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import os
+import signal
+import sys
+import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import deque
@@ -117,7 +125,9 @@ class Processes(Executor):
         pending = deque(range(len(items)))
         crashes = [0] * len(items)
         while pending:
-            pool = ProcessPoolExecutor(max_workers=self.workers)
+            pool = ProcessPoolExecutor(
+                max_workers=self.workers, initializer=_follow_parent, initargs=(os.getpid(),)
+            )
             running: dict[Future[R], int] = {}
             broken = False
             try:
@@ -144,7 +154,68 @@ class Processes(Executor):
                             value = exc
                         yield i, value
             finally:
-                pool.shutdown(wait=not running, cancel_futures=True)
+                if running:  # interrupted, or the caller stopped: the runs in flight stay to do
+                    for process in list(pool._processes.values()):
+                        process.kill()
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _follow_parent(parent: int) -> None:
+    """Initializer of a :class:`Processes` worker: die with ``parent``, the sweep's process.
+
+    On Linux the kernel sends the worker SIGKILL when its parent dies; elsewhere (or if
+    ``prctl`` fails) a daemon thread polls for the parent (:func:`_watch_parent`). SIGTERM gets
+    its default action back: a worker forked from ``simfl sweep`` would otherwise inherit the
+    handler that turns SIGTERM into an interruption of the sweep.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getppid() == parent and _parent_death_signal(signal.SIGKILL):
+        if os.getppid() != parent:  # the parent died before the kernel knew to tell us
+            os._exit(1)
+        return
+    _watch_parent(parent)
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies; whether it will."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int, every: float = 0.5) -> threading.Thread:
+    """Start a daemon thread that ends this process once ``parent`` is gone.
+
+    Gone: this process was re-parented (its parent died), or no process ``parent`` exists
+    (a parent that is not the direct one, as with the ``forkserver`` start method).
+    """
+    first = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == first and _exists(parent):
+            time.sleep(every)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="simfl-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process has that pid now: ours is gone
+        return False
+    return True
 
 
 class Dask(Executor):

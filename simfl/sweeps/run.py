@@ -10,9 +10,11 @@
 :func:`sweep` (``simfl.sweep``) runs every case on an executor (:mod:`simfl.sweeps.executors`);
 workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomically. Runs
 already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
-is stored as ``failed`` and the others go on. Before it schedules anything, the sweep checks the
-store and moves unreadable runs aside (:meth:`simfl.Store.check`), so that they run again.
-Without a store the results stay in memory. Runs are deterministic, so every executor gives
+is stored as ``failed`` (as is one whose scenario cannot be pickled) and the others go on.
+Before it schedules anything, the sweep checks the store and moves unreadable runs aside
+(:meth:`simfl.Store.check`), so that they run again. Without a store the results stay in
+memory. An interrupted sweep stops its workers, then raises :class:`SweepInterrupted` (a
+``KeyboardInterrupt``) with what it did so far. Runs are deterministic, so every executor gives
 bit-identical frames.
 """
 
@@ -32,9 +34,9 @@ from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case
 from simfl.sweeps.store import BadRun, MemoryStore, Store
-from simfl.sweeps.worker import RunSpec, execute, git_revision, make_spec, record_of
+from simfl.sweeps.worker import Prepared, RunSpec, execute, git_revision, make_spec, record_of
 
-__all__ = ["SweepOutcome", "sweep"]
+__all__ = ["SweepInterrupted", "SweepOutcome", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -84,13 +86,19 @@ class SweepOutcome:
         """Provenance of every run of this sweep, one row each (:meth:`simfl.Store.runs`)."""
         return self.store.runs(self.run_ids)
 
+    @property
+    def left(self) -> int:
+        """How many runs of the sweep did not run (it was interrupted)."""
+        return len(self.run_ids) - len(self.ran) - len(self.skipped)
+
     def summary(self) -> str:
-        """A few lines: what ran, what was skipped or failed, and where the store is."""
+        """A few lines: what ran, what was skipped, failed or is left, and where the store is."""
         done_now = len(self.ran) - len(set(self.ran) & set(self.failed))
+        left = f", {self.left} not run yet" if self.left else ""
         lines = [
             f"{len(self.run_ids)} runs: {len(self.ran)} ran ({done_now} done, "
-            f"{len(self.ran) - done_now} failed), {len(self.skipped)} already in the store; "
-            f"{self.executor}, {self.seconds:.3g} s"
+            f"{len(self.ran) - done_now} failed), {len(self.skipped)} already in the store"
+            f"{left}; {self.executor}, {self.seconds:.3g} s"
         ]
         if not isinstance(self.store, MemoryStore):
             lines.append(
@@ -105,6 +113,18 @@ class SweepOutcome:
             error = str(record.get("error") or "?").strip().splitlines() or ["?"]
             lines.append(f"failed     {run_id}: {error[-1]}")
         return "\n".join(lines)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C (or SIGTERM under ``simfl sweep``), once its workers stopped.
+
+    ``outcome`` is the :class:`SweepOutcome` so far: the runs that finished are in the store
+    and ``outcome.left`` runs did not run; the same call resumes the sweep.
+    """
+
+    def __init__(self, outcome: SweepOutcome) -> None:
+        super().__init__(f"sweep interrupted with {outcome.left} runs not run yet")
+        self.outcome = outcome
 
 
 def _cases(cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case) -> list[Case]:
@@ -164,6 +184,9 @@ def sweep(
     ------
     ValueError
         If there are no cases, two cases are the same run, or an option is invalid.
+    SweepInterrupted
+        On ``KeyboardInterrupt`` while runs execute, once the workers are stopped (the runs in
+        flight are not recorded; the same call resumes the sweep).
     """
     started = time.perf_counter()
     items = _cases(cases)
@@ -173,7 +196,9 @@ def sweep(
     disk = (
         store if isinstance(store, Store) else None if store is None else Store(store, create=True)
     )
-    specs = _specs(items, None if disk is None else str(disk.path.resolve()), retry_failed)
+    specs = _specs(
+        items, None if disk is None else str(disk.path.resolve()), retry_failed, progress
+    )
     memory = MemoryStore() if disk is None else None
     out: Store = disk if disk is not None else memory  # type: ignore[assignment]
     repaired = tuple(disk.check(repair=True)) if disk is not None else ()
@@ -185,32 +210,60 @@ def sweep(
         for s in specs
         if s.run_id not in stored or (retry_failed and stored[s.run_id] == "failed")
     ]
-    skipped = [s.run_id for s in specs if s.run_id in stored and s not in todo]
+    to_run = {s.run_id for s in todo}
+    skipped = [s.run_id for s in specs if s.run_id in stored and s.run_id not in to_run]
     failed = [r for r in skipped if stored[r] == "failed"]
+    ran: list[str] = []
     bar = tqdm(
         total=len(specs), initial=len(skipped), desc="sweep", unit="run", disable=not progress
     )
+    described = "nothing to run"
     try:
-        ran, described = _execute(runner, todo, disk, memory, failed, bar)
+        if todo:
+            described = runner.describe()
+            _execute(runner, todo, disk, memory, ran, failed, bar)
+    except KeyboardInterrupt as exc:
+        raise SweepInterrupted(
+            _outcome(specs, ran, skipped, failed, out, described, started, repaired)
+        ) from exc
     finally:
         bar.close()
         if runner is not executor:
             runner.close()
+    return _outcome(specs, ran, skipped, failed, out, described, started, repaired)
+
+
+def _outcome(
+    specs: list[RunSpec],
+    ran: list[str],
+    skipped: list[str],
+    failed: list[str],
+    store: Store,
+    described: str,
+    started: float,
+    repaired: tuple[BadRun, ...] = (),
+) -> SweepOutcome:
+    """The :class:`SweepOutcome` of these runs, ordered as the cases."""
     order = {s.run_id: i for i, s in enumerate(specs)}
     return SweepOutcome(
         tuple(s.run_id for s in specs),
         tuple(sorted(ran, key=order.__getitem__)),
         tuple(skipped),
         tuple(sorted(failed, key=order.__getitem__)),
-        out,
+        store,
         described,
         time.perf_counter() - started,
         repaired,
     )
 
 
-def _specs(items: list[Case], where: str | None, retry_failed: bool) -> list[RunSpec]:
-    """The run of every case, in order.
+def _specs(
+    items: list[Case], where: str | None, retry_failed: bool, progress: bool
+) -> list[RunSpec]:
+    """The run of every case, in order (a progress bar if this takes more than two seconds).
+
+    A case whose scenario cannot be pickled gets a spec that carries the error (see
+    :func:`~simfl.sweeps.worker.make_spec`); its run is recorded ``failed``.
 
     Raises
     ------
@@ -218,9 +271,11 @@ def _specs(items: list[Case], where: str | None, retry_failed: bool) -> list[Run
         If two cases are the same run.
     """
     git = git_revision()
+    prepared: Prepared = {}  # each scenario is fingerprinted and pickled once for all its seeds
     specs: list[RunSpec] = []
     seen: dict[str, int] = {}
-    for i, case in enumerate(items):
+    cases = tqdm(items, desc="prepare", unit="run", delay=2, leave=False, disable=not progress)
+    for i, case in enumerate(cases):
         spec = make_spec(
             case.scenario,
             case.labels,
@@ -228,6 +283,7 @@ def _specs(items: list[Case], where: str | None, retry_failed: bool) -> list[Run
             store=where,
             git=git,
             replace_failed=retry_failed,
+            prepared=prepared,
         )
         if spec.run_id in seen:
             raise ValueError(
@@ -244,27 +300,28 @@ def _execute(
     todo: list[RunSpec],
     disk: Store | None,
     memory: MemoryStore | None,
+    ran: list[str],
     failed: list[str],
     bar: Any,
-) -> tuple[list[str], str]:
-    """Run ``todo`` on ``runner``, recording each run as it finishes.
+) -> None:
+    """Run ``todo`` on ``runner``, appending each run to ``ran`` (and ``failed``) as it ends.
 
-    Appends the runs that fail to ``failed``; returns the runs finished and the executor in
-    words.
+    However this ends (an interruption included), the executor's iterator is closed before it
+    returns, so that its workers stop now rather than when it is garbage-collected.
     """
-    if not todo:
-        return [], "nothing to run"
-    ran: list[str] = []
     results = runner.map_unordered(execute, todo, keys=[s.run_id for s in todo])
-    described = runner.describe()
-    for i, value in results:
-        record = _settle(todo[i], value, disk, memory)
-        ran.append(record["run_id"])
-        if record["status"] == "failed":
-            failed.append(record["run_id"])
-            bar.set_postfix(failed=len(failed))
-        bar.update(1)
-    return ran, described
+    try:
+        for i, value in results:
+            record = _settle(todo[i], value, disk, memory)
+            ran.append(record["run_id"])
+            if record["status"] == "failed":
+                failed.append(record["run_id"])
+                bar.set_postfix(failed=len(failed))
+            bar.update(1)
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
 
 
 def _settle(

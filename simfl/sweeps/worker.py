@@ -10,6 +10,7 @@ to the sweep (never the model).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pickle
 import platform
 import re
@@ -29,9 +30,15 @@ from simfl.engine import run, simfl_version
 from simfl.results import Results
 from simfl.scenario import Scenario
 from simfl.sweeps.fingerprint import fingerprint
+from simfl.sweeps.integrity import StoreError
 from simfl.sweeps.store import Store
 
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
+
+#: What :func:`make_spec` already worked out, for all seeds of a scenario: the identities of its
+#: class and of its fields other than the seed -> (fingerprint, payload, error, that class and
+#: those fields, kept alive so that no id is reused).
+Prepared = dict[tuple[int, ...], tuple[str, bytes, str | None, tuple[Any, ...]]]
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,9 @@ class RunSpec:
     run_id
         The run's directory name in the store: ``<name>-<fingerprint[:12]>-s<seed>``.
     payload
-        The :class:`~simfl.Scenario`, pickled with ``cloudpickle``.
+        The :class:`~simfl.Scenario`, pickled with ``cloudpickle``; its seed may be another
+        (runs that differ only in their seed can share one payload): the run's seed is
+        ``info["seed"]``.
     info
         The run's record before it runs: ``name``, ``seed``, ``labels``, ``position``,
         ``fingerprint``, ``n_devices``, ``algorithm_name``, ``policy_name``, ``metrics``, ``goals``,
@@ -52,6 +61,9 @@ class RunSpec:
         Where the worker writes the run (``None``: it returns the results instead).
     replace_failed
         Replace a stored ``failed`` record of this run.
+    error
+        Why the scenario cannot run anywhere (it cannot be pickled or fingerprinted; then
+        ``payload`` is empty): :func:`execute` records the run ``failed`` with this error.
     """
 
     run_id: str
@@ -59,6 +71,7 @@ class RunSpec:
     info: dict[str, Any]
     store: str | None = None
     replace_failed: bool = False
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +108,25 @@ def make_spec(
     store: str | None = None,
     git: str | None = None,
     replace_failed: bool = False,
+    prepared: Prepared | None = None,
 ) -> RunSpec:
-    """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values)."""
-    fp = scenario_fingerprint(scenario)
+    """The :class:`RunSpec` of ``scenario`` with its grid ``labels`` (JSON-able values).
+
+    Never raises for a scenario that cannot be fingerprinted or pickled: its spec carries the
+    ``error``, so that the sweep records that run ``failed`` and runs the others. Specs made
+    with the same ``prepared`` dict fingerprint and pickle a scenario once for all its seeds:
+    scenarios whose other fields are the same objects (``dataclasses.replace(base, seed=s)``)
+    share one payload.
+    """
+    fields = tuple(
+        getattr(scenario, f.name) for f in dataclasses.fields(scenario) if f.name != "seed"
+    )
+    alive = (type(scenario), *fields)
+    key = tuple(id(v) for v in alive)
+    prepared = {} if prepared is None else prepared
+    if key not in prepared:
+        prepared[key] = (*_prepare(scenario, fields), alive)
+    fp, payload, error, _ = prepared[key]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
     info = {
@@ -114,12 +143,47 @@ def make_spec(
         "git_revision": git,
     }
     return RunSpec(
-        f"{slug}-{fp[:12]}-s{scenario.seed}",
-        cloudpickle.dumps(scenario),
-        info,
-        store,
-        replace_failed,
+        f"{slug}-{fp[:12]}-s{scenario.seed}", payload, info, store, replace_failed, error
     )
+
+
+def _prepare(scenario: Scenario, fields: tuple[Any, ...]) -> tuple[str, bytes, str | None]:
+    """Fingerprint and payload of ``scenario``, or why it cannot run (then no payload).
+
+    ``fields`` are its values other than the seed: a scenario that cannot be fingerprinted
+    gets a stand-in from their repr (memory addresses removed), the same for all its seeds.
+    """
+    try:
+        fp = scenario_fingerprint(scenario)
+    except Exception as exc:  # e.g. an opaque object whose repr is a memory address
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(scenario).__qualname__}{fields!r}")
+        stand_in = hashlib.sha256(f"unfingerprintable:{text}".encode()).hexdigest()
+        return stand_in, b"", f"cannot fingerprint the scenario (run ids need one): {_line(exc)}"
+    return (fp, *_pickle(scenario))
+
+
+def _pickle(scenario: Scenario) -> tuple[bytes, str | None]:
+    """The scenario pickled with cloudpickle, or no bytes and why it cannot be pickled."""
+    try:
+        return cloudpickle.dumps(scenario), None
+    except Exception as exc:
+        culprit, problem = "the scenario", _line(exc)
+    for f in dataclasses.fields(scenario):  # name the field that cannot be pickled
+        try:
+            cloudpickle.dumps(getattr(scenario, f.name))
+        except Exception as exc:
+            culprit, problem = f"Scenario.{f.name}", _line(exc)
+            break
+    return b"", (
+        f"cannot send the scenario to a worker: {culprit} cannot be pickled ({problem}); "
+        f"scenarios travel pickled with cloudpickle, so they must not hold locks, open "
+        f"files, connections or other process-bound objects"
+    )
+
+
+def _line(exc: BaseException) -> str:
+    """``Type: message`` of an exception, on one line."""
+    return " ".join(traceback.format_exception_only(type(exc), exc)).strip().replace("\n", " ")
 
 
 def _now() -> str:
@@ -156,9 +220,10 @@ def record_of(
 def execute(spec: RunSpec) -> RunOutcome:
     """Run one spec and store it; never raises for a failing scenario (it is recorded failed).
 
-    A run that raises (even while the scenario is unpickled or built) or that ``simfl.run``
-    records as an error is stored with status ``failed``, its traceback or error message, and
-    whatever rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
+    A run that raises (even while the scenario is unpickled or built), that ``simfl.run``
+    records as an error, or whose spec carries an ``error`` (a scenario that could not be
+    pickled) is stored with status ``failed``, its traceback or error message, and whatever
+    rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
     """
     store = None
     if spec.store is not None:
@@ -171,15 +236,21 @@ def execute(spec: RunSpec) -> RunOutcome:
                 f"the same path"
             ) from None
     if store is not None:
-        stored = store.record(spec.run_id)
+        try:
+            stored = store.record(spec.run_id)
+        except StoreError:  # damaged since the sweep's check: run it again, publish replaces it
+            stored = None
         if stored is not None and (stored["status"] == "done" or not spec.replace_failed):
             return RunOutcome(stored, fresh=False)
     started, clock = _now(), time.perf_counter()
     results: Results | None = None
-    error: str | None = None
+    error = spec.error
     try:
-        scenario = pickle.loads(spec.payload)
-        results = run(scenario, progress=False)
+        if error is None:
+            scenario: Scenario = pickle.loads(spec.payload)
+            if scenario.seed != spec.info["seed"]:  # a payload shared by the sweep's seeds
+                scenario = dataclasses.replace(scenario, seed=spec.info["seed"])
+            results = run(scenario, progress=False)
     except Exception:
         error = traceback.format_exc()
     if results is not None:
