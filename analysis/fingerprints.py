@@ -440,6 +440,30 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
         return sc, {}
 
     c["neural-fedrep-digits"] = neural_case
+
+    # ---- the catalogue's policies and partial work (issue 17)
+    fedat = policies.FedAT(tiers=3, count=4)
+    c["t-fedat"] = lambda: (timing(fedat, dropout_rate=0.05), {})
+    c["t-fedat-proc"] = lambda: (timing(fedat, dropout_rate=0.05), {"batched": False})
+    c["t-oort"] = lambda: (timing(policies.Oort(count=5)), {})
+    c["t-tifl"] = lambda: (timing(policies.TiFL(count=5, tiers=3, selection="adaptive")), {})
+    c["t-fedcs"] = lambda: (timing(policies.FedCS(seconds=2.0, fraction=0.5)), {})
+    c["lin-partial-fednova"] = lambda: (
+        lin(
+            algorithms.FedAvg(local_steps=5, aggregation="fednova"),
+            policies.Deadline(4.0, count=10, partial=True),
+        ),
+        {},
+    )
+    c["lin-fedat-fedrep"] = lambda: (
+        lin(fedrep, policies.FedAT(tiers=2, count=5), dropout_rate=0.05),
+        {},
+    )
+    c["lin-oort-fedrep"] = lambda: (lin(fedrep, policies.Oort(count=5)), {})
+    c["lin-srpfl-observed"] = lambda: (
+        lin(fedrep, policies.SRPFL(n0=2, rounds_per_stage=3, speeds="observed")),
+        {},
+    )
     return c
 
 

@@ -1,4 +1,4 @@
-"""Refactors keep the numbers: the frames of 64 scenarios hash as recorded.
+"""Refactors keep the numbers: the frames of the catalogue's scenarios hash as recorded.
 
 ``analysis/fingerprints.py --write`` recorded the SHA-256 of the ``rounds`` and ``clients``
 frames of every scenario in its catalogue (every policy, network, availability mode, algorithm
