@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_real
+from simfl._checks import check_bool, check_real
 from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
@@ -87,6 +87,9 @@ class FedRep(Algorithm[FedRepState]):
     def __post_init__(self) -> None:
         check_real("FedRep.step_size", self.step_size, low=0.0, low_open=True)
         check_init("FedRep", self.init, self.init_clients)
+        object.__setattr__(
+            self, "orthonormalize", check_bool("FedRep.orthonormalize", self.orthonormalize)
+        )
 
     def check(self, task: Task | None) -> None:  # noqa: D102
         check_linear_task("FedRep", task)
