@@ -41,6 +41,7 @@ from simfl.rng import Streams
 
 if TYPE_CHECKING:
     from simfl.network import Network
+    from simfl.tasks.base import Task
 
 __all__ = [
     "AsyncPolicy",
@@ -153,6 +154,13 @@ class Policy:
 
     def check_network(self, network: Network | None) -> None:
         """Raise ``ValueError`` if the policy cannot work with the scenario's ``network``."""
+
+    def check_task(self, task: Task | None) -> None:
+        """Raise ``ValueError`` if the policy cannot work with the scenario's ``task``.
+
+        E.g. a metric the policy watches that the task does not report, or client sizes that a
+        task-less (timing-only) scenario cannot give.
+        """
 
 
 class SyncPolicy(Policy, ABC, Generic[S]):
