@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr, ndtri
 
-from simfl._checks import check_real
+from simfl._checks import check_array, check_real
 from simfl.rng import UNIFORM_MAX
 
 __all__ = [
@@ -299,7 +299,10 @@ class LogNormal(Dist):
         ratio = s / m
         # beyond 1e150, ratio**2 would overflow; there log1p(ratio**2) = 2 log(ratio) exactly
         sigma2 = 2.0 * (math.log(s) - math.log(m)) if ratio > 1e150 else math.log1p(ratio**2)
-        return cls(mu=math.log(m) - sigma2 / 2.0, sigma=math.sqrt(sigma2))
+        try:
+            return cls(mu=math.log(m) - sigma2 / 2.0, sigma=math.sqrt(sigma2))
+        except ValueError as exc:  # sigma underflows to 0, or the draws would not stay finite
+            raise ValueError(f"LogNormal.from_mean_std(mean={m:g}, std={s:g}): {exc}") from None
 
     @property
     def mean(self) -> float:  # noqa: D102
@@ -403,7 +406,7 @@ class Uniform(Dist):
 
     def __post_init__(self) -> None:
         lo = check_real("Uniform.low", self.low, low=0.0)
-        hi = check_real("Uniform.high", self.high, low=lo)
+        hi = check_real(f"Uniform.high (>= Uniform.low = {lo:g})", self.high, low=lo)
         if hi > MAX_DRAW:
             raise _too_large(
                 "Uniform.high", hi, f"in [low, {MAX_DRAW:g}]", "high is the largest draw"
@@ -444,14 +447,9 @@ class Empirical(Dist):
     samples: NDArray[np.float64]
 
     def __init__(self, samples: ArrayLike) -> None:
-        try:
-            arr = np.sort(np.asarray(samples, dtype=np.float64).ravel())
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"Empirical.samples must be numbers, got {samples!r}") from exc
+        arr = np.sort(check_array("Empirical.samples", samples, size=None, low=0.0))
         if arr.size == 0:
             raise ValueError("Empirical.samples must hold at least one value, got none")
-        if not np.isfinite(arr).all() or arr[0] < 0:
-            raise ValueError("Empirical.samples must be finite and >= 0")
         if arr[-1] > MAX_DRAW:
             raise _too_large(
                 "Empirical.samples",

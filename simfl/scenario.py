@@ -150,3 +150,23 @@ class Scenario:
         self.algorithm.check(self.task)
         self.policy.check_algorithm(self.algorithm)
         self.policy.check_network(self.network)
+        self.policy.check_task(self.task)
+        self._check_availability_horizon()
+
+    def _check_availability_horizon(self) -> None:
+        """Refuse a ``max_time`` beyond the horizon a fleet's availability was generated to.
+
+        Past its ``known_until`` (the ``horizon`` of a generator or a trace) an availability
+        has no more intervals, as if every device had left for good: a run with a longer
+        ``max_time`` would end ``offline`` there, silently short of its budget. (Complete
+        intervals, e.g. :meth:`~simfl.fleet.Availability.churn`, are known for ever: their
+        devices do leave.)
+        """
+        av = self.fleet.availability
+        if av is not None and self.max_time is not None and self.max_time > av.known_until:
+            raise ValueError(
+                f"Scenario.max_time ({self.max_time:g} s) must be <= the horizon the fleet's "
+                f"availability was generated up to ({av.known_until:g} s, its known_until): "
+                f"after it no device would come back and the run would end 'offline'; generate "
+                f"the availability with horizon >= max_time, or lower max_time"
+            )

@@ -1,6 +1,8 @@
 """Run-level behaviour: determinism, statuses, stop rules, failures recorded not raised."""
 
 import dataclasses
+import math
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -8,6 +10,7 @@ import pytest
 
 from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run
 from simfl.outcome import CANCELLED, DROPPED, LATE, STATUSES
+from simfl.tasks.base import Task
 from tests.helpers import Ledger, linear_scenario, timing_scenario
 
 
@@ -154,6 +157,42 @@ def test_divergence_is_recorded():
         res.rounds["test_mse"].iloc[-1]
     )
     assert len(res.rounds) < 50 and (res.rounds["status"].iloc[:-1] == "ok").all()
+    # whichever way it was found, the divergence is visible
+    assert res.rounds["status"].iloc[-1] == "diverged"
+    assert res.meta["status"] == "diverged" and not res.ok
+    assert "diverged   the run stopped" in res.summary()
+
+
+class _LossTask(Task):
+    """A task reporting one metric, ``loss`` (smaller is better); its data are nothing."""
+
+    metrics: ClassVar[tuple[str, ...]] = ("loss",)
+    goals: ClassVar[dict[str, str]] = {"loss": "min"}
+
+    def build(self, n_clients: int, streams: Any) -> None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlowsUpAfterTwo(Ledger):
+    """Finite updates, but the metric of the model after the third aggregation is infinite."""
+
+    def evaluate(self, state: Any, data: Any) -> dict[str, float]:
+        return {"loss": 1.0 / (1 + len(state)) if len(state) < 3 else math.inf}
+
+
+def test_divergence_found_only_by_a_metric_marks_its_round_and_the_run():
+    sc = dataclasses.replace(timing_scenario(n=5, rounds=10), task=_LossTask())
+    sc = dataclasses.replace(sc, algorithm=_BlowsUpAfterTwo())
+    res = run(sc, progress=False)
+    assert res.meta["stop_reason"] == "diverged" and res.meta["status"] == "diverged"
+    assert res.rounds["status"].tolist() == ["ok", "ok", "diverged"]
+    assert res.rounds["loss"].tolist()[:2] == [0.5, 1 / 3] and math.isinf(res.rounds["loss"][2])
+    assert not res.ok
+    summary = res.summary()
+    assert "stopped by: diverged   status: diverged" in summary
+    assert "bad rounds 1 " in summary and "diverged   the run stopped" in summary
+    assert len(res.clients) == 3 * 5  # nothing computed is lost
 
 
 def test_adding_a_device_does_not_change_the_other_devices_draws():
@@ -216,9 +255,21 @@ def test_size_weighted_sampling_with_replacement_repeats_updates():
     assert (res.rounds["n_selected"] < 30).all()
 
 
+class _SizelessTask(Task):
+    """A task whose bound data do not report client sizes."""
+
+    def build(self, n_clients: int, streams: Any) -> object:
+        return object()
+
+
 def test_size_weighted_sampling_needs_client_sizes():
-    sc = timing_scenario(n=10, rounds=2, policy=policies.WaitAll(count=3, weights="size"))
-    with pytest.raises(ValueError, match="client_sizes"):
+    size_weighted = policies.WaitAll(count=3, weights="size")
+    with pytest.raises(ValueError, match=r"client_sizes\(\); Scenario\.task is None"):
+        timing_scenario(n=10, rounds=2, policy=size_weighted)  # refused before anything runs
+    sc = dataclasses.replace(
+        timing_scenario(n=10, rounds=2), task=_SizelessTask(), policy=size_weighted
+    )
+    with pytest.raises(ValueError, match="client_sizes"):  # known only once the data are built
         run(sc, progress=False, on_error="raise")
     with pytest.raises(ValueError, match=r"WaitAll\.replace=True needs"):
         policies.WaitAll(count=3, replace=True)

@@ -202,7 +202,7 @@ def test_partial_work_needs_an_algorithm_that_supports_it():
             policy=policies.Deadline(4.0, partial=True),
             rounds=1,
         )
-    with pytest.raises(TypeError, match=r"Deadline\.partial"):
+    with pytest.raises(ValueError, match=r"Deadline\.partial"):
         policies.Deadline(4.0, partial="yes")
 
 

@@ -3,9 +3,12 @@
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
-from simfl import Fleet, Scenario, Target, algorithms, dists, policies, tasks
+from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run, tasks
+from simfl.fleet import Availability
+from simfl.network import Network
 
 TASK = tasks.LinearRepresentation(d=20, k=2, samples_per_client=10)
 FLEET = Fleet.homogeneous(100, compute=dists.Exponential(mean=1.0))
@@ -76,3 +79,199 @@ def test_bad_scenario_fails_at_construction_naming_the_field(build, message):
 
 def test_the_good_scenario_is_fine():
     assert GOOD.fleet.size == 100
+
+
+# ---------------------------------------------------------------- checks that need the scenario
+TIMING = Scenario(
+    task=None,
+    algorithm=algorithms.TimingOnly(),
+    fleet=Fleet.homogeneous(10, compute=dists.Exponential(mean=1.0)),
+    policy=policies.WaitAll(),
+    rounds=5,
+)
+
+
+def timing(**changes):
+    return lambda: dataclasses.replace(TIMING, **changes)
+
+
+def exp_availability(horizon):
+    return Availability.exponential(10, mean_on=5.0, mean_off=1.0, horizon=horizon, seed=1)
+
+
+WHOLE_SCENARIO = [
+    (
+        replace(policy=policies.SRPFL(n0=5, stage_rule=policies.Plateau(metric="nope"))),
+        r"Plateau\.metric\) must be 'train_loss' or one of the task's metrics with a goal "
+        r"\['distance', 'test_mse'\], got 'nope'",
+    ),
+    (
+        timing(policy=policies.SRPFL(n0=5, stage_rule=policies.Plateau(metric="distance"))),
+        r"Plateau\.metric.*\[\], got 'distance'",
+    ),
+    (
+        timing(policy=policies.WaitAll(count=3, weights="size")),
+        r"WaitAll\.weights='size' needs a task .*Scenario\.task is None",
+    ),
+    (
+        replace(policy=policies.EdgeAggregation(count=5), network=Network.star()),
+        r"Scenario\.network must have edge servers for EdgeAggregation.*a star has none",
+    ),
+    (
+        timing(fleet=TIMING.fleet.with_availability(exp_availability(100.0)), max_time=1e4),
+        r"Scenario\.max_time \(10000 s\) must be <= the horizon the fleet's availability was "
+        r"generated up to \(100 s, its known_until\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), WHOLE_SCENARIO, ids=range(len(WHOLE_SCENARIO)))
+def test_what_needs_the_whole_scenario_is_checked_when_it_is_built(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_scenario_checks_accept_what_can_run():
+    plateau = policies.SRPFL(n0=5, stage_rule=policies.Plateau(metric="test_mse"))
+    assert replace(policy=plateau)().policy is plateau
+    assert timing(policy=policies.SRPFL(n0=5, stage_rule=policies.Plateau()))().task is None
+    av = exp_availability(100.0)
+    fleet = TIMING.fleet.with_availability(av)
+    assert timing(fleet=fleet, max_time=100.0)().max_time == 100.0  # up to the horizon
+    assert timing(fleet=fleet, rounds=10**6)().max_time is None  # no budget to fall short of
+    # complete intervals are known for ever: the devices of a churn really leave
+    churn = Availability.churn(10, lifetime=dists.Exponential(5.0))
+    assert churn.known_until == math.inf and churn.horizon < 100.0
+    assert timing(fleet=TIMING.fleet.with_availability(churn), max_time=1e4)().max_time == 1e4
+
+
+def test_known_until_follows_the_availability_through_its_combinators():
+    av = exp_availability(100.0)
+    assert av.known_until == 100.0 and av.horizon >= 100.0
+    assert av.take([0, 1]).known_until == 100.0
+    assert (av + Availability.always(2)).known_until == 100.0
+    assert av.intersect(exp_availability(50.0)).known_until == 50.0
+    assert Availability.correlated(np.zeros(3, int), av.take([0])).known_until == 100.0
+    with pytest.raises(ValueError, match=r"Availability\.known_until"):
+        Availability([[(0.0, 1.0)]], known_until=0.0)
+
+
+def test_fastest_k_with_a_huge_overcommit_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"FastestK\.k \* \(1 \+ FastestK\.overcommit\)"):
+        policies.FastestK(k=2, overcommit=1e308)
+    with pytest.raises(ValueError, match=r"FastestK\.k must be an integer in \[1, inf\] that fits"):
+        policies.FastestK(k=2**63)
+
+
+def test_srpfl_whose_growth_overflows_takes_the_whole_pool():
+    pol = policies.SRPFL(n0=2, growth=1e308)
+    assert [pol.participants(level, 10) for level in range(4)] == [2, 10, 10, 10]
+    res = run(timing(policy=pol)(), progress=False)
+    assert res.ok and res.meta["stop_reason"] == "rounds"
+
+
+# ---------------------------------------------------------------- one type rule
+@pytest.mark.parametrize("value", ["5", b"5", True, np.bool_(True), None, [1.0], {}, 1 + 1j])
+def test_a_scalar_number_is_never_a_string_a_bool_or_a_container(value):
+    with pytest.raises(ValueError, match=r"Exponential\.mean must be a real number"):
+        dists.Exponential(value)
+    with pytest.raises(ValueError, match=r"Scenario\.eval_every must be an integer"):
+        timing(eval_every=value)()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [["5"] * 3, "5", [True, False, True], np.bool_(True), [None] * 3, [1.0, "x", 2.0], 1 + 1j],
+)
+def test_fleet_arrays_follow_the_same_rule(value):
+    for field in ("scale", "bandwidth_down", "latency", "dropout_rate"):
+        with pytest.raises(ValueError, match=rf"Fleet\.{field} must be a number or an array"):
+            Fleet([dists.Exponential(1.0)], [0, 0, 0], **{field: value})
+    with pytest.raises(ValueError, match=r"Empirical\.samples must be a number or an array"):
+        dists.Empirical(value)
+
+
+def test_numpy_numbers_count_as_numbers_and_numpy_bools_as_flags():
+    assert dists.Exponential(np.float32(2.0)).mean == 2.0
+    assert timing(rounds=np.int64(7), seed=np.uint8(3))().rounds == 7
+    fleet = Fleet(
+        [dists.Exponential(1.0)], np.zeros(3, np.int8), latency=np.arange(3, dtype=np.int16)
+    )
+    assert fleet.latency.tolist() == [0.0, 1.0, 2.0]
+    pol = policies.WaitAll(count=3, weights="size", replace=np.bool_(True))
+    assert pol.replace is True and type(pol.replace) is bool
+    assert type(algorithms.FedRep(orthonormalize=np.bool_(False)).orthonormalize) is bool
+    with pytest.raises(ValueError, match=r"FedRep\.orthonormalize must be True or False"):
+        algorithms.FedRep(orthonormalize=0)
+
+
+@pytest.mark.parametrize("flag", ["lazy", "batched", "progress"])
+@pytest.mark.parametrize("value", ["no", 0, 1, None, "False"])
+def test_run_flags_must_be_bools(flag, value):
+    with pytest.raises(ValueError, match=rf"simfl\.run {flag} must be True or False"):
+        run(TIMING, **{flag: value})
+
+
+def test_run_flags_take_numpy_bools():
+    res = run(TIMING, progress=np.bool_(False), lazy=np.bool_(True), batched=np.bool_(False))
+    assert res.meta["lazy"] is True and res.meta["batched"] is False
+
+
+def test_integers_fit_in_64_bits_and_huge_ones_are_not_floats():
+    with pytest.raises(ValueError, match=r"Scenario\.seed"):
+        timing(seed=2**64)()
+    with pytest.raises(ValueError, match=r"Exponential\.mean must be finite"):
+        dists.Exponential(10**400)
+    with pytest.raises(
+        ValueError, match=r"Fleet\.homogeneous n .* must be an integer in \[1, 100000000\]"
+    ):
+        Fleet.homogeneous(10**9, dists.Exponential(1.0))
+
+
+# ---------------------------------------------------------------- bounded generators
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: Availability.exponential(3, mean_on=1e-6, mean_off=1e-6, horizon=86_400.0),
+            r"about 8\.64e\+10 on/off periods per device \(2\.59e\+11 for the 3 devices\); the "
+            r"generators stop at 1e\+06 per device and 1e\+07 in all",
+        ),
+        (
+            lambda: Availability.exponential(10**5, mean_on=1.0, mean_off=1.0, horizon=200.0),
+            r"\(2\.01e\+07 for the 100000 devices\)",
+        ),
+        (
+            lambda: Availability.diurnal(
+                3, mean_on=60.0, low=0.1, high=1 - 1e-12, horizon=86_400.0
+            ),
+            r"Availability\.diurnal with horizon=86400, mean_on=60, high=1 would draw about "
+            r"1\.44e\+15 on/off periods per device",
+        ),
+        (lambda: Availability.always(2 * 10**7), r"Availability\.always with n=20000000"),
+    ],
+    ids=["tiny-means", "many-devices", "high-near-1", "always"],
+)
+def test_availability_generators_refuse_more_periods_than_the_cap(build, expected):
+    with pytest.raises(ValueError, match=expected):
+        build()
+
+
+def test_availability_generators_below_the_cap_still_work():
+    av = Availability.diurnal(3, mean_on=60.0, low=0.1, high=0.99, horizon=600.0, period=600.0)
+    assert av.size == 3 and av.horizon >= 600.0
+    assert Availability.exponential(2, mean_on=1.0, mean_off=1.0, horizon=100.0).size == 2
+
+
+@pytest.mark.parametrize(
+    ("intervals", "message"),
+    [
+        ("abc", "one entry per device"),
+        ([[("a", "b")]], "device 0 must be .start, end. pairs of numbers"),
+        ([[(0.0, 1.0, 2.0)]], "device 0 must be .start, end. pairs of numbers"),
+        ([[(True, False)]], "device 0 must be .start, end. pairs of numbers"),
+    ],
+)
+def test_availability_intervals_are_numbers(intervals, message):
+    with pytest.raises(ValueError, match=message):
+        Availability(intervals)

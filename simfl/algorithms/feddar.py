@@ -82,7 +82,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms._linear import check_init, initial_representation
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.network import Payload, nbytes
@@ -160,8 +160,7 @@ class FedDAR(Algorithm[FedDARState]):
         check_int("FedDAR.head_steps", self.head_steps, low=1)
         check_real("FedDAR.head_step_size", self.head_step_size, low=0.0, low_open=True)
         check_real("FedDAR.step_size", self.step_size, low=0.0, low_open=True)
-        if not isinstance(self.reweight, bool):
-            raise ValueError(f"FedDAR.reweight must be True or False, got {self.reweight!r}")
+        object.__setattr__(self, "reweight", check_bool("FedDAR.reweight", self.reweight))
         check_init("FedDAR", self.init, self.init_clients)
         check_real("FedDAR.ridge", self.ridge, low=0.0)
 

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
@@ -102,6 +102,9 @@ class GDGD(Algorithm[GDGDState]):
         check_real("GDGD.step_size", self.step_size, low=0.0, low_open=True)
         check_init("GDGD", self.init, self.init_clients)
         check_choice("GDGD.head_init", self.head_init, ("lstsq", "zero"))
+        object.__setattr__(
+            self, "orthonormalize", check_bool("GDGD.orthonormalize", self.orthonormalize)
+        )
 
     def check(self, task: Task | None) -> None:  # noqa: D102
         check_linear_task("GDGD", task)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
@@ -100,10 +100,9 @@ class FedRep(Algorithm[FedRepState]):
     def __post_init__(self) -> None:
         check_real("FedRep.step_size", self.step_size, low=0.0, low_open=True)
         check_init("FedRep", self.init, self.init_clients)
-        if not isinstance(self.orthonormalize, bool):
-            raise ValueError(
-                f"FedRep.orthonormalize must be True or False, got {self.orthonormalize!r}"
-            )
+        object.__setattr__(
+            self, "orthonormalize", check_bool("FedRep.orthonormalize", self.orthonormalize)
+        )
         check_int("FedRep.local_steps", self.local_steps, low=1)
         check_choice("FedRep.aggregation", self.aggregation, ("mean", "fednova"))
 

@@ -22,7 +22,7 @@ import traceback
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from simfl._checks import check_choice
+from simfl._checks import check_bool, check_choice
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import RunContext
 from simfl.engine.sync import SyncLoop
@@ -56,14 +56,17 @@ def run(
     ends with a stop reason in ``meta["stop_reason"]``: ``rounds``, ``max_time``, ``target``,
     ``stalled``, ``offline`` (no device will ever be online again, or paused jobs wait for
     devices that never return), ``diverged``, ``error`` or ``interrupted``; the rows recorded up
-    to then are kept.
+    to then are kept. ``meta["status"]`` is ``ok`` unless the run ``diverged`` (a non-finite
+    update or metric: that round's ``status`` is ``diverged`` too), failed (``error``) or was
+    ``interrupted``; :attr:`Results.ok <simfl.results.Results.ok>` is true only for ``ok``.
 
     Parameters
     ----------
     scenario
         What to run.
     progress
-        Show a progress bar on stderr.
+        Show a progress bar on stderr. ``progress``, ``lazy`` and ``batched`` must be ``True``
+        or ``False`` (a ``ValueError`` names the flag otherwise).
     lazy
         Compute only the updates that are aggregated (default). ``False`` computes every started
         job's update and discards the rest; the results are identical, only slower.
@@ -79,9 +82,10 @@ def run(
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
-    check_choice("run on_error", on_error, ("record", "raise"))
-    if not isinstance(batched, bool):
-        raise ValueError(f"run batched must be True or False, got {batched!r}")
+    check_choice("simfl.run on_error", on_error, ("record", "raise"))
+    progress = check_bool("simfl.run progress", progress)
+    lazy = check_bool("simfl.run lazy", lazy)
+    batched = check_bool("simfl.run batched", batched)
     started = time.perf_counter()
     ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error, batched=batched)
     loop = _loop(ctx)
@@ -92,6 +96,8 @@ def run(
     ctx.finish()
     if ctx.error is not None:
         status = "error"
+    elif ctx.stop_reason == "diverged":
+        status = "diverged"
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "scenario_repr": repr(scenario),

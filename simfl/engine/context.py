@@ -348,6 +348,7 @@ class RunContext:
             return
         self.recorder.set_metrics(metrics)
         if not all(math.isfinite(v) for v in metrics.values()):
+            self.recorder.set_status("diverged")  # the round that produced the model diverged
             self.stop("diverged")
         target = self.scenario.target
         if target is not None and target.reached(metrics):

@@ -16,24 +16,67 @@ daily cycle with a per-device phase), :meth:`Availability.churn` (each device jo
 leaves for good), :meth:`Availability.correlated` (devices go down together with their group,
 e.g. all devices behind one edge server); a trace's intervals go to the constructor,
 ``Availability(intervals)``.
+
+The exponential and diurnal generators draw period after period up to their horizon, so they
+refuse parameters that would need more than :data:`MAX_PERIODS_PER_DEVICE` periods of one
+device, or :data:`MAX_PERIODS` of all devices together, on average (e.g. ``mean_on=1e-6`` and
+``mean_off=1e-6`` over a day, or a diurnal ``high`` so close to 1 that the off periods are
+drawn by ever finer thinning): they would run for hours, or for ever, instead of failing. The
+other generators give each device one period and so take at most :data:`MAX_PERIODS` devices.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from simfl._checks import check_int, check_real
-from simfl.dists import Dist
+from simfl._checks import MAX_DEVICES, check_int, check_real
+from simfl.dists import MAX_DRAW, Dist
 from simfl.rng import Streams
 
-__all__ = ["Availability", "AvailabilityCursor"]
+__all__ = ["MAX_PERIODS", "MAX_PERIODS_PER_DEVICE", "Availability", "AvailabilityCursor"]
 
 Array = NDArray[np.float64]
+
+#: The longest time (seconds) a generator takes as a mean, horizon, period or window: the times
+#: it adds up stay finite (:data:`simfl.dists.MAX_DRAW`).
+MAX_SECONDS = MAX_DRAW
+#: The most on/off periods (draws) a generator may need for one device, on average.
+MAX_PERIODS_PER_DEVICE = 10**6
+#: The most on/off periods a generator may need for all its devices together, on average.
+MAX_PERIODS = 10**7
+
+
+def _check_periods(owner: str, n: int, per_device: float, params: str) -> None:
+    """Refuse a generator call expected to draw too many periods (see the module docstring)."""
+    total = n * per_device
+    if not (per_device <= MAX_PERIODS_PER_DEVICE and total <= MAX_PERIODS):
+        raise ValueError(
+            f"{owner} with {params} would draw about {per_device:.3g} on/off periods per device "
+            f"({total:.3g} for the {n} devices); the generators stop at "
+            f"{MAX_PERIODS_PER_DEVICE:.0e} per device and {MAX_PERIODS:.0e} in all: use a shorter "
+            f"horizon or longer periods"
+        )
+
+
+def _device_intervals(i: int, iv: ArrayLike) -> Array:
+    """One device's intervals as an ``(m, 2)`` float array of ``(start, end)`` rows."""
+    try:
+        raw = np.asarray(iv)
+        if raw.size == 0:
+            return np.empty((0, 2))
+        if raw.dtype.kind not in "iuf":
+            raise TypeError(f"dtype {raw.dtype}")
+        return raw.astype(np.float64).reshape(-1, 2)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"Availability intervals of device {i} must be (start, end) pairs of numbers, got "
+            f"{iv!r:.60}"
+        ) from exc
 
 
 def _clean(starts: Array, ends: Array) -> tuple[Array, Array]:
@@ -64,6 +107,12 @@ class Availability:
         One entry per device: a sequence of ``(start, end)`` pairs (seconds, ``end > start``,
         ``start >= 0``; ``end`` may be ``inf``), e.g. from a trace. Overlapping or touching
         intervals are merged.
+    known_until
+        The time up to which the intervals describe the devices (> 0; ``inf``, the default:
+        the intervals are complete, a device whose last interval ended never comes back, as in
+        :meth:`churn`). The generators and traces cut at a horizon give that horizon: after
+        it their devices would look gone for good, so a scenario refuses a ``max_time``
+        beyond it.
 
     Attributes
     ----------
@@ -76,15 +125,28 @@ class Availability:
     offsets: NDArray[np.int64]
     starts: Array
     ends: Array
+    #: not part of the value (fingerprints of scenarios): it changes no run, only what is valid
+    known_until: float = field(default=math.inf, compare=False)
 
-    def __init__(self, intervals: Sequence[ArrayLike]) -> None:
+    def __init__(self, intervals: Sequence[ArrayLike], known_until: float = math.inf) -> None:
+        until = check_real(
+            "Availability.known_until", known_until, low=0.0, low_open=True, allow_inf=True
+        )
+        if isinstance(intervals, (str, bytes)) or not isinstance(intervals, Sequence):
+            raise ValueError(
+                f"Availability intervals must be a list with one entry per device, got "
+                f"{intervals!r:.60}"
+            )
         if len(intervals) == 0:
             raise ValueError("Availability needs the intervals of at least one device, got none")
+        if len(intervals) > MAX_DEVICES:
+            raise ValueError(
+                f"Availability intervals must cover at most {MAX_DEVICES:,} devices, got "
+                f"{len(intervals):,}"
+            )
         starts, ends, offsets = [], [], [0]
         for i, iv in enumerate(intervals):
-            arr = (
-                np.asarray(iv, dtype=np.float64).reshape(-1, 2) if np.size(iv) else np.empty((0, 2))
-            )
+            arr = _device_intervals(i, iv)
             if np.isnan(arr).any() or (arr[:, 0] < 0).any() or np.isinf(arr[:, 0]).any():
                 raise ValueError(
                     f"Availability intervals of device {i} must have finite starts >= 0 and no "
@@ -100,6 +162,7 @@ class Availability:
         set_(self, "offsets", np.asarray(offsets, dtype=np.int64))
         set_(self, "starts", np.concatenate(starts) if starts else np.empty(0))
         set_(self, "ends", np.concatenate(ends) if ends else np.empty(0))
+        set_(self, "known_until", until)
         for a in (self.offsets, self.starts, self.ends):
             a.setflags(write=False)
 
@@ -142,12 +205,13 @@ class Availability:
     # ----------------------------------------------------------------- combinators
     def take(self, devices: ArrayLike) -> Availability:
         """The availability of some devices, in the given order (e.g. to match a fleet)."""
-        return Availability([np.column_stack(self.intervals(int(d))) for d in np.asarray(devices)])
+        rows = [np.column_stack(self.intervals(int(d))) for d in np.asarray(devices)]
+        return Availability(rows, self.known_until)
 
     def __add__(self, other: Availability) -> Availability:
         """Concatenate the devices of two availabilities."""
         rows = [np.column_stack(a.intervals(d)) for a in (self, other) for d in range(a.size)]
-        return Availability(rows)
+        return Availability(rows, min(self.known_until, other.known_until))
 
     def intersect(self, other: Availability) -> Availability:
         """Devices online only when online in both (same number of devices)."""
@@ -163,13 +227,14 @@ class Availability:
             s = np.maximum.outer(s1, s2).ravel()
             e = np.minimum.outer(e1, e2).ravel()
             rows.append(np.column_stack([s, e])[e > s])
-        return Availability(rows)
+        return Availability(rows, min(self.known_until, other.known_until))
 
     # ----------------------------------------------------------------- generators
     @classmethod
     def always(cls, n: int) -> Availability:
         """``n`` devices that are always online."""
-        n = check_int("Availability.always n", n, low=1)
+        n = check_int("Availability.always n", n, low=1, high=MAX_DEVICES)
+        _check_periods("Availability.always", n, 1.0, f"n={n}")
         return cls([[(0.0, math.inf)]] * n)
 
     @classmethod
@@ -183,10 +248,23 @@ class Availability:
         A device is online a fraction ``mean_on / (mean_on + mean_off)`` of the time, and a job
         of length ``L`` started while online survives ``exp(-L / mean_on)`` of the time.
         """
-        n = check_int("Availability.exponential n", n, low=1)
-        a = check_real("Availability.exponential mean_on", mean_on, low=0.0, low_open=True)
-        b = check_real("Availability.exponential mean_off", mean_off, low=0.0, low_open=True)
-        h = check_real("Availability.exponential horizon", horizon, low=0.0, low_open=True)
+        n = check_int("Availability.exponential n", n, low=1, high=MAX_DEVICES)
+        a = check_real(
+            "Availability.exponential mean_on", mean_on, low=0.0, low_open=True, high=MAX_SECONDS
+        )
+        b = check_real(
+            "Availability.exponential mean_off", mean_off, low=0.0, low_open=True, high=MAX_SECONDS
+        )
+        h = check_real(
+            "Availability.exponential horizon", horizon, low=0.0, low_open=True, high=MAX_SECONDS
+        )
+        # one on and one off period per mean cycle a + b (the first period may be either)
+        _check_periods(
+            "Availability.exponential",
+            n,
+            2.0 * h / (a + b) + 1.0,
+            f"horizon={h:g}, mean_on={a:g}, mean_off={b:g}",
+        )
         streams = Streams(check_int("Availability seed", seed, low=0))
         dev = np.arange(n)
         on = streams.uniform("avail/exp/start", dev) < a / (a + b)
@@ -201,7 +279,7 @@ class Availability:
             t = t + length
             on = ~on
             cycle += 1
-        return cls(rows)
+        return cls(rows, h)
 
     @classmethod
     def diurnal(
@@ -223,16 +301,35 @@ class Availability:
         off periods end at rate ``p(t) / (1 - p(t)) / mean_on`` (drawn by thinning), so that
         the on-probability tracks ``p(t)``.
         """
-        n = check_int("Availability.diurnal n", n, low=1)
-        a = check_real("Availability.diurnal mean_on", mean_on, low=0.0, low_open=True)
+        n = check_int("Availability.diurnal n", n, low=1, high=MAX_DEVICES)
+        a = check_real(
+            "Availability.diurnal mean_on", mean_on, low=0.0, low_open=True, high=MAX_SECONDS
+        )
         lo = check_real(
             "Availability.diurnal low", low, low=0.0, high=1.0, low_open=True, high_open=True
         )
         hi = check_real(
             f"Availability.diurnal high (>= low = {lo:g})", high, low=lo, high=1.0, high_open=True
         )
-        h = check_real("Availability.diurnal horizon", horizon, low=0.0, low_open=True)
-        per = check_real("Availability.diurnal period", period, low=0.0, low_open=True)
+        h = check_real(
+            "Availability.diurnal horizon", horizon, low=0.0, low_open=True, high=MAX_SECONDS
+        )
+        per = check_real(
+            "Availability.diurnal period",
+            period,
+            low=h / MAX_SECONDS,  # the phase 2 pi t / period stays finite
+            low_open=True,
+            high=MAX_SECONDS,
+        )
+        # each draw is an Exp(mean_on) on period or a thinning candidate of rate at most
+        # rate_max = high / (1 - high) / mean_on, so about h / mean_on + h * rate_max
+        # = h / (mean_on * (1 - high)) draws per device
+        _check_periods(
+            "Availability.diurnal",
+            n,
+            h / a / (1.0 - hi) + 1.0,
+            f"horizon={h:g}, mean_on={a:g}, high={hi:g}",
+        )
         streams = Streams(check_int("Availability seed", seed, low=0))
         dev = np.arange(n)
         phase = per * streams.uniform("avail/diurnal/phase", dev)
@@ -258,7 +355,7 @@ class Availability:
             t = t + cand
             on = np.where(on, False, accept)  # an on period always ends; off ends if accepted
             step += 1
-        return cls(rows)
+        return cls(rows, h)
 
     @classmethod
     def churn(
@@ -269,12 +366,13 @@ class Availability:
         It joins at a uniform time in ``[0, join_window]`` and leaves after a ``lifetime`` drawn
         from the given distribution.
         """
-        n = check_int("Availability.churn n", n, low=1)
+        n = check_int("Availability.churn n", n, low=1, high=MAX_DEVICES)
         if not isinstance(lifetime, Dist):
             raise ValueError(
                 f"Availability.churn lifetime must be a distribution, got {lifetime!r}"
             )
-        w = check_real("Availability.churn join_window", join_window, low=0.0)
+        w = check_real("Availability.churn join_window", join_window, low=0.0, high=MAX_SECONDS)
+        _check_periods("Availability.churn", n, 1.0, f"n={n}")
         streams = Streams(check_int("Availability seed", seed, low=0))
         dev = np.arange(n)
         join = w * streams.uniform("avail/churn/join", dev)
@@ -293,9 +391,19 @@ class Availability:
         Device ``i`` is online when group ``groups[i]`` is online in ``group_availability``
         (one row per group) and, if given, when it is online in ``base`` itself.
         """
+        if not isinstance(group_availability, Availability):
+            raise ValueError(
+                f"Availability.correlated group_availability must be an Availability, got "
+                f"{group_availability!r:.60}"
+            )
+        if base is not None and not isinstance(base, Availability):
+            raise ValueError(
+                f"Availability.correlated base must be an Availability or None, got {base!r:.60}"
+            )
         g = np.asarray(groups)
         if (
             g.ndim != 1
+            or g.size == 0
             or g.dtype.kind not in "iu"
             or g.min() < 0
             or g.max() >= group_availability.size

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from simfl._checks import check_array, check_choice, check_int, check_real
+from simfl._checks import MAX_DEVICES, check_array, check_choice, check_int, check_real, check_str
 from simfl.dists import MAX_DRAW, Dist
 from simfl.fleet.availability import Availability
 from simfl.rng import Streams
@@ -87,6 +87,7 @@ class Profile:
         object.__setattr__(
             self, "dropout_rate", check_real("Profile.dropout_rate", self.dropout_rate, low=0.0)
         )
+        check_str("Profile.name", self.name)
 
 
 def _draw_scale(scale: ArrayLike | Dist, n: int, seed: int, field: str) -> NDArray[np.float64]:
@@ -116,24 +117,57 @@ def _check_scale_keeps_draws_finite(
         )
 
 
+def _sequence(field: str, values: object, what: str) -> tuple[object, ...]:
+    """``values`` as a tuple, if it is a list, tuple or other sequence (not a string)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{field} must be a list or tuple of {what}, got {values!r:.60}")
+    return tuple(values)
+
+
 def _check_dists(compute: Sequence[Dist]) -> tuple[Dist, ...]:
     """The compute-time distributions of a fleet, validated."""
-    dists = tuple(compute)
+    dists = _sequence("Fleet.compute", compute, "simfl.dists distributions")
     if not dists:
         raise ValueError("Fleet.compute must hold at least one distribution, got none")
-    for i, d in enumerate(dists):
-        if not isinstance(d, Dist):
-            raise ValueError(f"Fleet.compute[{i}] must be a simfl.dists distribution, got {d!r}")
-    return dists
+    return tuple(_check_dist(f"Fleet.compute[{i}]", d) for i, d in enumerate(dists))
+
+
+def _profile_pairs(
+    owner: str, entries: Sequence[object], first: str
+) -> list[tuple[object, Profile]]:
+    """The ``(first, Profile)`` pairs of :meth:`Fleet.tiers` or :meth:`Fleet.mixture`, checked."""
+    pairs = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, (str, bytes)) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise ValueError(f"{owner}[{i}] must be a ({first}, Profile) pair, got {entry!r:.60}")
+        value, profile = entry
+        if not isinstance(profile, Profile):
+            raise ValueError(f"{owner}[{i}] profile must be a simfl.Profile, got {profile!r:.60}")
+        pairs.append((value, profile))
+    return pairs
+
+
+def _check_dist(field: str, dist: object) -> Dist:
+    if not isinstance(dist, Dist):
+        raise ValueError(f"{field} must be a simfl.dists distribution, got {dist!r:.60}")
+    return dist
 
 
 def _check_group(group: ArrayLike, n_dists: int) -> NDArray[np.int64]:
     """Each device's index into the distributions, as a read-only int64 array."""
-    g = np.asarray(group)
+    try:
+        g = np.asarray(group)
+    except (ValueError, TypeError) as exc:  # ragged nested sequences
+        raise ValueError(
+            f"Fleet.group must be a 1-d array of group indices, got {group!r:.60}"
+        ) from exc
     if g.ndim != 1:
         raise ValueError(f"Fleet.group must be a 1-d array of group indices, got shape {g.shape}")
-    if g.size == 0:
-        raise ValueError("Fleet size must be >= 1 device, got an empty fleet")
+    if not 1 <= g.size <= MAX_DEVICES:
+        raise ValueError(
+            f"Fleet.group must hold one entry per device, 1 to {MAX_DEVICES:,} (Fleet size), "
+            f"got {g.size:,}"
+        )
     if g.dtype.kind not in "iu" or g.min() < 0 or g.max() >= n_dists:
         raise ValueError(
             f"Fleet.group entries must be integers in [0, {n_dists - 1}] (indices into "
@@ -166,8 +200,11 @@ def _check_links(
 
 def _check_group_names(group_names: Sequence[str] | None, n_dists: int) -> tuple[str, ...]:
     """The labels of the groups (default ``"g0"``, ``"g1"``, ...), one per distribution."""
-    names = (
-        tuple(group_names) if group_names is not None else tuple(f"g{i}" for i in range(n_dists))
+    if group_names is None:
+        return tuple(f"g{i}" for i in range(n_dists))
+    names = tuple(
+        check_str(f"Fleet.group_names[{i}]", name)
+        for i, name in enumerate(_sequence("Fleet.group_names", group_names, "strings"))
     )
     if len(names) != n_dists:
         raise ValueError(
@@ -292,7 +329,19 @@ class Fleet:
         >>> Fleet.homogeneous(100, compute=Exponential(mean=1.0)).size
         100
         """
-        n = check_int("Fleet.homogeneous n (number of devices)", n, low=1)
+        n = check_int("Fleet.homogeneous n (number of devices)", n, low=1, high=MAX_DEVICES)
+        links: dict[str, ArrayLike] = {
+            "bandwidth_down": bandwidth_down,
+            "bandwidth_up": bandwidth_up,
+            "latency": latency,
+            "dropout_rate": dropout_rate,
+        }
+        for name, value in links.items():
+            if isinstance(value, np.ndarray) or np.ndim(value) != 0:  # Fleet checks the range
+                raise ValueError(
+                    f"Fleet.{name} of Fleet.homogeneous must be one number for every device "
+                    f"(per-device arrays go to Fleet(...) or Fleet.with_scale), got {value!r:.60}"
+                )
         return cls(
             [compute],
             np.zeros(n, dtype=np.int64),
@@ -315,11 +364,17 @@ class Fleet:
         """Consecutive blocks of devices, ``(count, profile)`` each, e.g. 80 fast and 20 slow."""
         if not tiers:
             raise ValueError("Fleet.tiers needs at least one (count, Profile) tier, got none")
-        counts = [check_int(f"Fleet.tiers[{i}] count", c, low=1) for i, (c, _) in enumerate(tiers)]
-        profiles = [p for _, p in tiers]
-        for i, p in enumerate(profiles):
-            if not isinstance(p, Profile):
-                raise ValueError(f"Fleet.tiers[{i}] must be (count, Profile), got {p!r}")
+        pairs = _profile_pairs("Fleet.tiers", tiers, "count")
+        counts = [
+            check_int(f"Fleet.tiers[{i}] count", c, low=1, high=MAX_DEVICES)
+            for i, (c, _) in enumerate(pairs)
+        ]
+        if sum(counts) > MAX_DEVICES:
+            raise ValueError(
+                f"Fleet.tiers counts must add up to at most {MAX_DEVICES:,} devices, got "
+                f"{sum(counts):,}"
+            )
+        profiles = [p for _, p in pairs]
         group = np.repeat(np.arange(len(tiers)), counts)
         return cls._from_profiles(profiles, group, redraw=redraw, seed=seed)
 
@@ -333,21 +388,19 @@ class Fleet:
         seed: int = 0,
     ) -> Fleet:
         """``n`` devices, each of a profile drawn with the given weights (keyed by device)."""
-        n = check_int("Fleet.mixture n (number of devices)", n, low=1)
-        if not components:
-            raise ValueError("Fleet.mixture needs at least one (weight, Profile), got none")
-        w = np.array(
-            [
-                check_real(f"Fleet.mixture weight {i}", c[0], low=0.0)
-                for i, c in enumerate(components)
-            ]
+        n = check_int("Fleet.mixture n (number of devices)", n, low=1, high=MAX_DEVICES)
+        field = "Fleet.mixture components"
+        pairs = _profile_pairs(
+            field, _sequence(field, components, "(weight, Profile) pairs"), "weight"
         )
-        if w.sum() <= 0:
-            raise ValueError("Fleet.mixture weights must have a positive sum")
-        profiles = [p for _, p in components]
-        for i, p in enumerate(profiles):
-            if not isinstance(p, Profile):
-                raise ValueError(f"Fleet.mixture component {i} must be (weight, Profile)")
+        if not pairs:
+            raise ValueError(f"{field} needs at least one (weight, Profile) pair, got none")
+        w = np.array(
+            [check_real(f"{field}[{i}] weight", c, low=0.0) for i, (c, _) in enumerate(pairs)]
+        )
+        if not 0 < w.sum() < math.inf:
+            raise ValueError(f"{field} weights must have a positive, finite sum, got {w.sum()}")
+        profiles = [p for _, p in pairs]
         u = Streams(check_int("Fleet.seed", seed, low=0)).uniform("fleet/mixture", np.arange(n))
         cum = np.cumsum(w / w.sum())
         group = np.minimum(np.searchsorted(cum, u, side="right"), len(profiles) - 1)

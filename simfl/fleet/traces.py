@@ -156,7 +156,7 @@ def fleet_from_fedscale(
     )
     if beh is None:
         return fleet
-    availability = Availability([trace_intervals(beh[c], horizon) for c in ids])
+    availability = Availability([trace_intervals(beh[c], horizon) for c in ids], horizon)
     return fleet.with_availability(availability, offline)
 
 

@@ -68,7 +68,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
 from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
 from simfl.neural.models import Net, Params
@@ -235,10 +235,9 @@ class NeuralFedRep(NeuralAlgorithm):
     def __post_init__(self) -> None:
         check_int("NeuralFedRep.head_epochs", self.head_epochs, low=0)
         check_int("NeuralFedRep.body_epochs", self.body_epochs, low=1)
-        if not isinstance(self.interleave, bool):
-            raise ValueError(
-                f"NeuralFedRep.interleave must be True or False, got {self.interleave!r}"
-            )
+        object.__setattr__(
+            self, "interleave", check_bool("NeuralFedRep.interleave", self.interleave)
+        )
         _check_common("NeuralFedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
 
     def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102

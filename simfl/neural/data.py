@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import os
 import pickle
 from dataclasses import dataclass
 from functools import lru_cache
@@ -156,9 +157,23 @@ class DataSource:
         """The data set (cached per process), cut to ``limit`` training images if set."""
         return _load_cached(self)
 
-    def _check_limit(self) -> None:
+    def _check_fields(self) -> None:
+        """``limit`` >= 1 or ``None``; ``path`` a directory name (``None`` where optional)."""
+        owner = type(self).__name__
         if self.limit is not None:
-            check_int(f"{type(self).__name__}.limit", self.limit, low=1)
+            check_int(f"{owner}.limit", self.limit, low=1)
+        path = getattr(self, "path", _NO_PATH)
+        optional = getattr(type(self), "path", _NO_PATH) is None  # the field defaults to None
+        if path is _NO_PATH or isinstance(path, (str, os.PathLike)) or (optional and path is None):
+            return
+        none = " or None" if optional else ""
+        raise ValueError(
+            f"{owner}.path must be a directory (a str or a pathlib.Path){none}, got {path!r:.60}"
+        )
+
+
+#: Marks a data source without a ``path`` field.
+_NO_PATH = object()
 
 
 def _stratified_first(labels: Ints, n: int) -> Ints:
@@ -198,7 +213,7 @@ class Digits(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _load(self) -> Dataset:
         bunch = _import("sklearn.datasets", "neural").load_digits()
@@ -217,7 +232,7 @@ class MNIST(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _load(self) -> Dataset:
         if self.path is None:
@@ -239,7 +254,7 @@ class FashionMNIST(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _load(self) -> Dataset:
         path = FASHION_MNIST_DIR if self.path is None else Path(self.path)
@@ -280,7 +295,7 @@ class CIFAR10(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _load(self) -> Dataset:
         names = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
@@ -300,7 +315,7 @@ class CIFAR100(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _load(self) -> Dataset:
         base = _cifar_dir(self.path, "cifar-100-python", ("train", "test"), "CIFAR-100")
@@ -327,7 +342,7 @@ class FEMNIST(DataSource):
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        self._check_limit()
+        self._check_fields()
 
     def _read(self, split: str) -> dict[str, Any]:
         folder = Path(self.path) / split

@@ -46,6 +46,7 @@ from simfl.rng import Streams
 
 if TYPE_CHECKING:
     from simfl.network import Network
+    from simfl.tasks.base import Task
 
 __all__ = [
     "AsyncPolicy",
@@ -55,7 +56,6 @@ __all__ = [
     "SyncPolicy",
     "TieredPolicy",
     "View",
-    "check_bool",
     "check_partial_work",
     "check_sampling",
     "cohort_size",
@@ -179,6 +179,13 @@ class Policy:
 
     def check_network(self, network: Network | None) -> None:
         """Raise ``ValueError`` if the policy cannot work with the scenario's ``network``."""
+
+    def check_task(self, task: Task | None) -> None:
+        """Raise ``ValueError`` if the policy cannot work with the scenario's ``task``.
+
+        E.g. a metric the policy watches that the task does not report, or client sizes that a
+        task-less (timing-only) scenario cannot give.
+        """
 
 
 class SyncPolicy(Policy, ABC, Generic[S]):
@@ -342,12 +349,6 @@ def cohort_size(owner: str, fraction: float | None, count: int | None, n_devices
         return count
     frac = 1.0 if fraction is None else fraction
     return max(math.floor(frac * n_devices + 1e-9), 1)
-
-
-def check_bool(field: str, value: object) -> None:
-    """Refuse anything but ``True`` or ``False`` for ``field``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{field} must be True or False, got {value!r}")
 
 
 def check_partial_work(field: str, algorithm: Algorithm[Any]) -> None:

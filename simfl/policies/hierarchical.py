@@ -78,6 +78,11 @@ class EdgeAggregation(EdgePolicy[None]):
                 "Scenario.network must be given for EdgeAggregation (edge servers are part of "
                 "the topology): use Network.hierarchical(...) or Network.from_graph(...)"
             )
+        if network.kind == "star":  # no edge servers: the edge rounds would time nothing
+            raise ValueError(
+                f"Scenario.network must have edge servers for EdgeAggregation, got {network!r} "
+                f"(a star has none): use Network.hierarchical(...) or Network.from_graph(...)"
+            )
 
     def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
         size = cohort_size("EdgeAggregation", self.fraction, self.count, view.n_devices)

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import check_choice, check_int, check_real, check_str
 from simfl.outcome import Outcome
 from simfl.policies.base import (
     RoundPlan,
@@ -54,6 +54,9 @@ from simfl.policies.base import (
     cohort_size,
     sample_uniform,
 )
+
+if TYPE_CHECKING:
+    from simfl.tasks.base import Task
 
 __all__ = ["SRPFL", "Plateau", "SRPFLState"]
 
@@ -86,6 +89,7 @@ class Plateau:
     max_rounds: int | None = 50
 
     def __post_init__(self) -> None:
+        check_str("Plateau.metric", self.metric, empty=False)
         check_int("Plateau.window", self.window, low=1)
         check_real("Plateau.tolerance", self.tolerance, low=0.0)
         check_int("Plateau.min_rounds", self.min_rounds, low=1)
@@ -158,9 +162,25 @@ class SRPFL(SyncPolicy["SRPFLState"]):
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("SRPFL", self.fraction, self.count, n_devices)
 
+    def check_task(self, task: Task | None) -> None:  # noqa: D102
+        if self.stage_rule is None:
+            return
+        metric = self.stage_rule.metric
+        goals = {} if task is None else dict(task.goals)
+        metrics = [m for m in (() if task is None else task.metrics) if m in goals]
+        if metric != "train_loss" and metric not in metrics:
+            raise ValueError(
+                f"SRPFL.stage_rule.metric (Plateau.metric) must be 'train_loss' or one of the "
+                f"task's metrics with a goal {metrics}, got {metric!r}"
+            )
+
     def participants(self, level: int, pool: int) -> int:
         """Clients taking part at participation level ``level`` with a pool of ``pool``."""
-        return min(math.ceil(self.n0 * self.growth**level - 1e-9), pool)
+        try:
+            wanted = self.n0 * self.growth**level - 1e-9
+        except OverflowError:  # growth**level beyond the float range: everyone
+            return pool
+        return pool if not wanted < pool else min(math.ceil(wanted), pool)
 
     def fastest(
         self,

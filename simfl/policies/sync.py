@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from simfl._checks import check_choice, check_int, check_real
+from simfl._checks import MAX_DEVICES, check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Algorithm
 from simfl.policies.base import (
     RoundPlan,
     SyncPolicy,
     View,
-    check_bool,
     check_partial_work,
     check_sampling,
     cohort_size,
     sample_uniform,
     sample_weighted,
 )
+
+if TYPE_CHECKING:
+    from simfl.tasks.base import Task
 
 __all__ = ["Deadline", "FastestK", "WaitAll"]
 
@@ -55,14 +57,20 @@ class WaitAll(SyncPolicy[None]):
         check_sampling("WaitAll", self.fraction, self.count)
         if self.weights is not None:
             check_choice("WaitAll.weights", self.weights, ("size",))
-        if not isinstance(self.replace, bool):
-            raise ValueError(f"WaitAll.replace must be True or False, got {self.replace!r}")
+        object.__setattr__(self, "replace", check_bool("WaitAll.replace", self.replace))
         if self.replace and self.weights is None:
             raise ValueError("WaitAll.replace=True needs WaitAll.weights='size'")
 
     def check(self, n_devices: int) -> None:  # noqa: D102
         if not self.replace:
             cohort_size("WaitAll", self.fraction, self.count, n_devices)
+
+    def check_task(self, task: Task | None) -> None:  # noqa: D102
+        if self.weights is not None and task is None:
+            raise ValueError(
+                "WaitAll.weights='size' needs a task whose data report client_sizes(); "
+                "Scenario.task is None"
+            )
 
     def plan(self, state: None, view: View) -> tuple[None, RoundPlan]:  # noqa: D102
         n = view.n_devices
@@ -114,7 +122,7 @@ class Deadline(SyncPolicy[None]):
     def __post_init__(self) -> None:
         check_real("Deadline.seconds", self.seconds, low=0.0, low_open=True)
         check_sampling("Deadline", self.fraction, self.count)
-        check_bool("Deadline.partial", self.partial)
+        object.__setattr__(self, "partial", check_bool("Deadline.partial", self.partial))
 
     def check(self, n_devices: int) -> None:  # noqa: D102
         cohort_size("Deadline", self.fraction, self.count, n_devices)
@@ -152,8 +160,13 @@ class FastestK(SyncPolicy[None]):
     name: ClassVar[str] = "fastest-k"
 
     def __post_init__(self) -> None:
-        check_int("FastestK.k", self.k, low=1)
-        check_real("FastestK.overcommit", self.overcommit, low=0.0)
+        k = check_int("FastestK.k", self.k, low=1)
+        overcommit = check_real("FastestK.overcommit", self.overcommit, low=0.0)
+        if not k * (1.0 + overcommit) <= MAX_DEVICES:
+            raise ValueError(
+                f"FastestK.k * (1 + FastestK.overcommit) must be at most {MAX_DEVICES:,} devices "
+                f"(the largest fleet), got k={self.k}, overcommit={self.overcommit:g}"
+            )
 
     @property
     def started(self) -> int:

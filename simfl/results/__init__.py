@@ -3,7 +3,8 @@
 ``Results.rounds``
     One row per aggregation: ``round``, ``stage``, ``t_start`` (when the round began),
     ``time`` (simulated seconds at the aggregation), ``duration``, ``status`` (``ok``,
-    ``empty`` when no update arrived, ``diverged`` when an update was not finite, ``error``),
+    ``empty`` when no update arrived, ``diverged`` when an update or the metrics evaluated after
+    it were not finite, ``error``),
     ``n_selected``, ``n_arrived``, ``n_dropped``, ``n_late``, ``n_cancelled``, ``bytes_down``,
     ``bytes_up`` (bytes actually moved, partial transfers included), ``staleness_mean`` (mean
     staleness of the aggregated updates; 0 for synchronous rounds), ``train_loss`` (mean local
@@ -17,8 +18,9 @@
     that applied its update; NaN for updates never applied). For asynchronous policies ``round``
     is the model version the job downloaded.
 ``Results.meta``
-    A JSON-able dict: scenario, seed, simfl version, stop reason, status, error, host seconds,
-    and ``initial_metrics`` (the metrics of the model before round 0, at time 0).
+    A JSON-able dict: scenario, seed, simfl version, stop reason, status (``ok``, ``diverged``,
+    ``error`` or ``interrupted``), error, host seconds, and ``initial_metrics`` (the metrics of
+    the model before round 0, at time 0).
 
 ``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json`` as one folder,
 published whole (:mod:`simfl.results.folder`); ``load(dir)`` checks the folder and reads them
@@ -120,6 +122,10 @@ class Recorder:
         """A value of the last round row."""
         return self._rounds[column][-1]
 
+    def set_status(self, status: str) -> None:
+        """Set the status of the last round row (one of :data:`ROUND_STATUSES`)."""
+        self._rounds["status"][-1] = status
+
     def set_metrics(self, metrics: dict[str, float]) -> None:
         """Fill the metric columns of the last round row."""
         for name, value in metrics.items():
@@ -181,7 +187,7 @@ class Results:
 
     @property
     def ok(self) -> bool:
-        """Whether the run ended without an error or interruption."""
+        """Whether the run ended without an error, a divergence or an interruption."""
         return bool(self.meta.get("status") == "ok")
 
     def final(self) -> dict[str, float]:
@@ -213,6 +219,8 @@ class Results:
         final = self.final()
         if final:
             lines.append("final      " + "  ".join(f"{k} {v:.6g}" for k, v in final.items()))
+        if self.meta.get("stop_reason") == "diverged":
+            lines.append("diverged   the run stopped on a non-finite update or metric")
         if self.meta.get("error"):
             lines.append("error      " + str(self.meta["error"]).strip().splitlines()[-1])
         return "\n".join(lines)

@@ -85,6 +85,9 @@ class ClassificationData:
         n_classes: int | None = None,
         owner: str = "ClassificationData",
     ) -> None:
+        given: object = clients
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise ValueError(f"{owner}.clients must be a list of (x, y) pairs, got {clients!r:.60}")
         if len(clients) == 0:
             raise ValueError(f"{owner}.clients must hold at least one (x, y) pair, got none")
         pairs = [_pair(f"{owner}.clients[{i}]", c) for i, c in enumerate(clients)]
@@ -162,8 +165,17 @@ def _pair(field_name: str, pair: Any) -> tuple[Array, IntArray]:
         raise ValueError(
             f"{field_name} must be an (x, y) pair of arrays, got {pair!r:.60}"
         ) from exc
-    x = np.ascontiguousarray(x_raw, dtype=np.float32)
-    y = np.asarray(y_raw)
+    try:
+        x_num, y = np.asarray(x_raw), np.asarray(y_raw)
+    except (TypeError, ValueError) as exc:  # ragged nested sequences
+        raise ValueError(
+            f"{field_name} must be an (x, y) pair of arrays, got {pair!r:.60}"
+        ) from exc
+    if x_num.dtype.kind not in "iuf":
+        raise ValueError(
+            f"{field_name} x must hold numbers (int or float), got dtype {x_num.dtype}"
+        )
+    x = np.ascontiguousarray(x_num, dtype=np.float32)
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"{field_name} x must be a non-empty 2-d array (n, d), got {x.shape}")
     if y.shape != (x.shape[0],):

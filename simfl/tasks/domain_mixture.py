@@ -53,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaincinv
 
-from simfl._checks import check_int, check_real
+from simfl._checks import check_bool, check_int, check_real
 from simfl.rng import Streams
 from simfl.tasks.linear import LinearModel, LinearTask, principal_angle_distance
 
@@ -127,10 +127,9 @@ class DomainMixture(LinearTask):
         check_int("DomainMixture.samples_per_client", self.samples_per_client, low=1)
         check_real("DomainMixture.alpha", self.alpha, low=0.0, low_open=True)
         check_real("DomainMixture.noise_std", self.noise_std, low=0.0)
-        if not isinstance(self.fresh_samples, bool):
-            raise ValueError(
-                f"DomainMixture.fresh_samples must be True or False, got {self.fresh_samples!r}"
-            )
+        object.__setattr__(
+            self, "fresh_samples", check_bool("DomainMixture.fresh_samples", self.fresh_samples)
+        )
         check_real("DomainMixture.head_norm", self.head_norm, low=0.0, low_open=True)
         check_int("DomainMixture.test_samples", self.test_samples, low=1)
         check_int("DomainMixture.eval_clients", self.eval_clients, low=1)

@@ -33,7 +33,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl._checks import check_int, check_real
+from simfl._checks import check_bool, check_int, check_real
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
@@ -141,11 +141,11 @@ class LinearRepresentation(LinearTask):
         check_int(f"LinearRepresentation.k (<= d = {self.d})", self.k, low=1, high=self.d)
         check_int("LinearRepresentation.samples_per_client", self.samples_per_client, low=1)
         check_real("LinearRepresentation.noise_std", self.noise_std, low=0.0)
-        if not isinstance(self.fresh_samples, bool):
-            raise ValueError(
-                f"LinearRepresentation.fresh_samples must be True or False, got "
-                f"{self.fresh_samples!r}"
-            )
+        object.__setattr__(
+            self,
+            "fresh_samples",
+            check_bool("LinearRepresentation.fresh_samples", self.fresh_samples),
+        )
         if self.head_norm is not None:
             check_real("LinearRepresentation.head_norm", self.head_norm, low=0.0, low_open=True)
         check_int("LinearRepresentation.test_samples", self.test_samples, low=1)

@@ -41,7 +41,7 @@ import pandas as pd
 from numpy.typing import NDArray
 from scipy import sparse
 
-from simfl._checks import check_int, check_real
+from simfl._checks import check_bool, check_int, check_real
 from simfl.rng import Streams
 from simfl.tasks.matrix import MatrixData, MatrixTask
 
@@ -107,8 +107,7 @@ class MovieLens(MatrixTask):
         check_real("MovieLens.ridge", self.ridge, low=0.0)
         check_real("MovieLens.test_fraction", self.test_fraction, low=0.0, high=1.0, high_open=True)
         check_real("MovieLens.init_scale", self.init_scale, low=0.0, low_open=True)
-        if not isinstance(self.center, bool):
-            raise ValueError(f"MovieLens.center must be True or False, got {self.center!r}")
+        object.__setattr__(self, "center", check_bool("MovieLens.center", self.center))
 
     def build(self, n_clients: int, streams: Streams) -> MovieLensData:
         """Load the ratings (needs the ``movielens`` extra) and split them for ``n_clients``."""
