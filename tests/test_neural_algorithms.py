@@ -204,10 +204,6 @@ def test_work_is_samples_times_epochs_times_macs():
             lambda: scenario(NeuralFedRep(), task=tasks.LinearRepresentation()),
             r"Scenario.task must be a simfl.neural.ImageClassification",
         ),
-        (
-            lambda: scenario(NeuralFedAvg(), policy=policies.FedAsync(concurrency=3)),
-            r"does not support asynchronous policies",
-        ),
     ],
 )
 def test_validation_names_the_field(make, match):
@@ -316,3 +312,26 @@ def test_lenet5_on_mnist_through_the_engine(algorithm, exchanged):
     net = CNN.lenet5().build((1, 28, 28), 10)
     assert res.ok and res.rounds["accuracy"].notna().all()
     assert (res.clients["bytes_up"] == 4 * net.n_params(exchanged)).all()
+
+
+def test_neural_algorithms_run_asynchronously():
+    """shared()/with_shared() round-trip the server parameters; FedBuff and FedAT train."""
+    alg = NeuralFedAvg(epochs=1)
+    data = TASK.build(10, Streams(0))
+    state = alg.initial_state(data, Streams(0))
+    back = alg.with_shared(state, alg.shared(state))
+    for name, p in state.shared.items():
+        assert torch.equal(back.shared[name], p)
+    for policy in (policies.FedBuff(buffer_size=2, concurrency=4), policies.FedAT(tiers=2)):
+        sc = Scenario(
+            task=TASK,
+            algorithm=alg,
+            fleet=Fleet.homogeneous(10, compute=dists.Exponential(1.0)),
+            policy=policy,
+            rounds=6,
+            seed=1,
+        )
+        res = run(sc, progress=False, on_error="raise")
+        assert res.ok and len(res.rounds) == 6
+        final = res.state.shared
+        assert any(not torch.equal(final[n], state.shared[n]) for n in final)
