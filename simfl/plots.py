@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simfl import compare
 from simfl.results import Results
 
 __all__ = ["STATUS_COLORS", "gantt", "metric_vs_rounds", "metric_vs_time", "speedup_vs"]
@@ -39,11 +40,27 @@ def _axes(ax: Any, size: tuple[float, float] = (7.0, 4.2)) -> Any:
     return _pyplot().subplots(figsize=size)[1]
 
 
+def _hue(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, str]:
+    """The frame with one column naming each group of ``keys`` (``"fedrep, small"``)."""
+    if len(keys) == 1:
+        return frame, keys[0]
+    name = ", ".join(keys)
+    text = frame[keys].astype(str)
+    return frame.assign(**{name: text.agg(", ".join, axis=1)}), name
+
+
+def _hue_palette(palette: dict[Any, Any] | None, keys: list[str]) -> dict[Any, Any] | None:
+    """``palette`` keyed as the hue column is: tuples of several ``by`` values joined."""
+    if palette is None or len(keys) == 1:
+        return palette
+    return {(", ".join(map(str, k)) if isinstance(k, tuple) else k): v for k, v in palette.items()}
+
+
 def on_grid(
     frame: pd.DataFrame,
     metric: str,
     *,
-    by: str = "label",
+    by: str | Sequence[str] = "label",
     points: int = 200,
     log_time: bool = False,
 ) -> pd.DataFrame:
@@ -51,9 +68,16 @@ def on_grid(
 
     The grid of a group spans from 0 (or its first positive time, on a log axis) to the end of
     its shortest run, so no run is extended beyond what it simulated.
+
+    Raises
+    ------
+    ValueError
+        If a ``(by..., seed)`` group holds several runs (:func:`simfl.compare.check_one_run`).
     """
+    keys = compare.by_columns(by, frame, where="on_grid")
+    compare.check_one_run(frame, keys, where="on_grid")
     rows = []
-    for key, group in frame.groupby(by, sort=False):
+    for key, group in frame.groupby(keys, sort=False, dropna=False):
         runs = [df.dropna(subset=[metric]) for _, df in group.groupby("seed")]
         runs = [df for df in runs if not df.empty]
         if not runs:
@@ -64,13 +88,14 @@ def on_grid(
             grid = np.geomspace(first, max(end, first), points)
         else:
             grid = np.linspace(0.0, end, points)
+        labels = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         for df in runs:
             t, v = df["time"].to_numpy(), df[metric].to_numpy()
             idx = np.searchsorted(t, grid, side="right") - 1
             ok = idx >= 0
             rows.append(
                 pd.DataFrame(
-                    {by: key, "seed": df["seed"].iloc[0], "time": grid[ok], metric: v[idx[ok]]}
+                    {**labels, "seed": df["seed"].iloc[0], "time": grid[ok], metric: v[idx[ok]]}
                 )
             )
     return pd.concat(rows, ignore_index=True)
@@ -80,7 +105,7 @@ def metric_vs_time(
     frame: pd.DataFrame,
     metric: str,
     *,
-    by: str = "label",
+    by: str | Sequence[str] = "label",
     ax: Any = None,
     log_y: bool = True,
     log_time: bool = False,
@@ -90,11 +115,19 @@ def metric_vs_time(
 ) -> Any:
     """A metric against simulated time: mean over seeds with a 95% bootstrap band per group.
 
-    ``palette`` maps groups to colours (keeps colours fixed across figures).
+    ``by`` is a column or a list of them (one line per combination); ``palette`` maps groups
+    (tuples of values for several columns) to colours (keeps colours fixed across figures).
+
+    Raises
+    ------
+    ValueError
+        If a ``(by..., seed)`` group holds several runs (:func:`simfl.compare.check_one_run`).
     """
+    keys = compare.by_columns(by, frame, where="metric_vs_time")
+    compare.check_one_run(frame, keys, where="metric_vs_time")
     ax = _axes(ax)
-    data = on_grid(frame, metric, by=by, points=points, log_time=log_time)
-    _mean_with_band(data, "time", metric, by, ax, palette)
+    data, hue = _hue(on_grid(frame, metric, by=keys, points=points, log_time=log_time), keys)
+    _mean_with_band(data, "time", metric, hue, ax, _hue_palette(palette, keys))
     if target is not None:
         ax.axhline(target, color="0.3", ls=":", lw=1, label=f"target {target:g}")
     ax.set(
@@ -103,7 +136,7 @@ def metric_vs_time(
         yscale="log" if log_y else "linear",
         xscale="log" if log_time else "linear",
     )
-    ax.legend(title=by, fontsize="small")
+    ax.legend(title=hue, fontsize="small")
     ax.grid(alpha=0.3)
     return ax
 
@@ -131,33 +164,83 @@ def metric_vs_rounds(
     frame: pd.DataFrame,
     metric: str,
     *,
-    by: str = "label",
+    by: str | Sequence[str] = "label",
     ax: Any = None,
     log_y: bool = True,
     palette: dict[Any, Any] | None = None,
 ) -> Any:
-    """A metric against the aggregation index, mean over seeds with a 95% band."""
+    """A metric against the aggregation index, mean over seeds with a 95% band.
+
+    Raises
+    ------
+    ValueError
+        If a ``(by..., seed)`` group holds several runs (:func:`simfl.compare.check_one_run`).
+    """
+    keys = compare.by_columns(by, frame, where="metric_vs_rounds")
+    compare.check_one_run(frame, keys, where="metric_vs_rounds")
     ax = _axes(ax)
-    data = frame.dropna(subset=[metric])
-    _mean_with_band(data, "round", metric, by, ax, palette)
+    data, hue = _hue(frame.dropna(subset=[metric]), keys)
+    _mean_with_band(data, "round", metric, hue, ax, _hue_palette(palette, keys))
     ax.set(xlabel="round (aggregations)", ylabel=metric, yscale="log" if log_y else "linear")
     ax.grid(alpha=0.3)
     return ax
+
+
+_SPEEDUP_STATS = frozenset({"speedup", "ci_low", "ci_high", "mean_time", "baseline_time"})
+
+
+def _one_row_per_point(table: pd.DataFrame, keys: list[str], x: str) -> None:
+    """Refuse a speedup table with several rows at one ``x`` of one line."""
+    dup = table.duplicated([*keys, x], keep=False)
+    if not dup.any():
+        return
+    rows = table[dup]
+    first = rows.iloc[0]
+    same = (rows[[*keys, x]] == first[[*keys, x]]).all(axis=1)
+    rows = rows[same]
+    skip = {*keys, x, *_SPEEDUP_STATS}
+    differ = [c for c in table.columns if c not in skip and rows[c].nunique(dropna=False) > 1]
+    where = ", ".join(f"{k}={first[k]!r}" for k in [*keys, x])
+    if not differ:
+        raise ValueError(
+            f"speedup_vs: {len(rows)} rows of the table share ({where}) and no column tells "
+            f"them apart; give one row per line and x"
+        )
+    names = ", ".join(repr(c) for c in differ)
+    raise ValueError(
+        f"speedup_vs: {len(rows)} rows share ({where}): the rows differ in {names}; add "
+        f"{'it' if len(differ) == 1 else 'them'} to by=, e.g. by={[*keys, *differ]}, or "
+        f"select one value"
+    )
 
 
 def speedup_vs(
     table: pd.DataFrame,
     x: str,
     *,
-    by: str | None = None,
+    by: str | Sequence[str] | None = None,
     ax: Any = None,
     log_x: bool = True,
     xlabel: str | None = None,
     palette: dict[Any, Any] | None = None,
 ) -> Any:
-    """Speedups (columns ``speedup``, ``ci_low``, ``ci_high``) against column ``x``."""
+    """Speedups (columns ``speedup``, ``ci_low``, ``ci_high``) against column ``x``.
+
+    One line per ``by`` group (a column or a list of them; ``palette`` keyed by its values, or
+    tuples of them). On a log axis the ticks are the values of ``x`` when there are at most 12,
+    and minor ticks carry no labels, so that none overlap.
+
+    Raises
+    ------
+    ValueError
+        If a line has several rows at one ``x`` (it would zigzag between them).
+    """
+    keys = [] if by is None else compare.by_columns(by, table, where="speedup_vs")
+    _one_row_per_point(table, keys, x)
     ax = _axes(ax)
-    groups = [(None, table)] if by is None else list(table.groupby(by, sort=False))
+    data, hue = (table, None) if not keys else _hue(table, keys)
+    colours = _hue_palette(palette, keys) if keys else None
+    groups = [(None, data)] if hue is None else list(data.groupby(hue, sort=False))
     for key, df in groups:
         df = df.sort_values(x)
         err = np.vstack([df["speedup"] - df["ci_low"], df["ci_high"] - df["speedup"]])
@@ -168,7 +251,7 @@ def speedup_vs(
             marker="o",
             capsize=3,
             label=None if key is None else str(key),
-            color=None if palette is None or key is None else palette.get(key),
+            color=None if colours is None or key is None else colours.get(key),
         )
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
     ax.set(
@@ -176,10 +259,24 @@ def speedup_vs(
         ylabel="speedup (time to target, baseline / policy)",
         xscale="log" if log_x else "linear",
     )
-    if by is not None:
-        ax.legend(title=by, fontsize="small")
+    if log_x:
+        _log_ticks(ax, np.unique(table[x].to_numpy(dtype=np.float64)))
+    if hue is not None:
+        ax.legend(title=hue, fontsize="small")
     ax.grid(alpha=0.3)
     return ax
+
+
+def _log_ticks(ax: Any, values: np.ndarray) -> None:
+    """Readable ticks on a log x axis: the data's values (few), else decades; no minor labels."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    values = values[np.isfinite(values) & (values > 0)]
+    if 0 < values.size <= 12:
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(values[0] / 1.25, values[-1] * 1.25)
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 _STAGE_COLORS = {"download": "#8fb9e0", "compute": "#2f6fae", "upload": "#f0a34a"}
