@@ -1,9 +1,10 @@
 """Grouping-safe comparisons: ``by=`` takes a list, and no grouping merges several runs.
 
-The store is a tiny sweep: 2 policies x 2 fleets x 2 seeds of FedRep on a small linear task.
-Grouped ``by="policy"`` each (policy, seed) holds two runs (one per fleet); every function
-refuses that and names ``fleet``. Grouped ``by=["policy", "fleet"]`` the numbers are checked
-against a hand computation from each run's own ``rounds`` frame.
+The store is a tiny sweep: 2 policies x 2 fleets of the same size (8 fast or 8 slow devices)
+x 2 seeds of FedRep on a small linear task. Grouped ``by="policy"`` each (policy, seed) holds
+two runs (one per fleet); every function refuses that and names ``fleet``. Grouped
+``by=["policy", "fleet"]`` the numbers are checked against a hand computation from each run's
+own ``rounds`` frame, and so is the report of the store (a panel and a table row per fleet).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 import simfl
 from simfl import Fleet, compare, dists, plots, policies, sweeps
+from simfl.report import write_report
 from tests.helpers import tiny_linear
 
 matplotlib.use("Agg")
@@ -28,8 +30,8 @@ SEEDS = (1, 5)
 @pytest.fixture(scope="module")
 def out():
     fleets = {
-        "small": Fleet.homogeneous(8, dists.Exponential(1.0)),
-        "large": Fleet.homogeneous(16, dists.Exponential(1.0)),
+        "fast": Fleet.homogeneous(8, dists.Exponential(0.5)),
+        "slow": Fleet.homogeneous(8, dists.Exponential(2.0)),
     }
     cases = sweeps.grid(
         tiny_linear(rounds=20),
@@ -76,28 +78,25 @@ def test_by_one_column_refuses_to_merge_the_fleets(out):
 
 
 def test_frames_without_run_ids_are_checked_too(out):
-    by_fleet: dict[str, list[simfl.Results]] = {"small": [], "large": []}
+    by_fleet: dict[str, list[simfl.Results]] = {"fast": [], "slow": []}
     for run_id in out.run_ids:
         labels = out.store.record(run_id)["labels"]
         if labels["policy"] == "wait-all":
             by_fleet[labels["fleet"]].append(out.store.results(run_id))
     frame = pd.concat(
-        [
-            compare.collect({"w": by_fleet[f]}, n_devices=n)
-            for f, n in (("small", 8), ("large", 16))
-        ],
+        [compare.collect({"w": by_fleet[f]}, speed=f) for f in ("fast", "slow")],
         ignore_index=True,
     )
     assert "run_id" not in frame.columns
-    with pytest.raises(ValueError, match=r"runs differ in 'n_devices'; add it to by="):
+    with pytest.raises(ValueError, match=r"runs differ in 'speed'; add it to by="):
         compare.summarize_targets(frame, "distance", below=TARGET)
     # the same runs with nothing telling them apart: the message says so
-    same = compare.collect({"w": [*by_fleet["small"], *by_fleet["large"]]})
+    same = compare.collect({"w": [*by_fleet["fast"], *by_fleet["slow"]]})
     with pytest.raises(ValueError, match="no label column tells them apart"):
         compare.targets(same, "distance", below=TARGET)
-    # grouped by what tells them apart, it is fine: one row per (label, n_devices)
-    table = compare.summarize_targets(frame, "distance", below=TARGET, by=["label", "n_devices"])
-    assert table["n_devices"].tolist() == [8, 16] and table["runs"].tolist() == [2, 2]
+    # grouped by what tells them apart, it is fine: one row per (label, speed)
+    table = compare.summarize_targets(frame, "distance", below=TARGET, by=["label", "speed"])
+    assert table["speed"].tolist() == ["fast", "slow"] and table["runs"].tolist() == [2, 2]
 
 
 def test_two_columns_give_one_row_per_group_with_the_hand_numbers(out):
@@ -120,7 +119,7 @@ def test_two_columns_give_one_row_per_group_with_the_hand_numbers(out):
         frame, "distance", below=TARGET, baseline="wait-all", by=["policy", "fleet"]
     )
     assert len(sp) == 4 and set(zip(sp["policy"], sp["fleet"], strict=True)) == {
-        (p, f) for p in ("wait-all", "deadline") for f in ("small", "large")
+        (p, f) for p in ("wait-all", "deadline") for f in ("fast", "slow")
     }
     for row in sp.itertuples():
         base = np.mean([hand[("wait-all", row.fleet, s)] for s in SEEDS])
@@ -134,14 +133,14 @@ def test_two_columns_give_one_row_per_group_with_the_hand_numbers(out):
 def test_plots_take_a_list_of_columns(out):
     ax = plots.metric_vs_time(out.frame, "distance", by=["policy", "fleet"])
     labels = {t.get_text() for t in ax.get_legend().get_texts()}
-    assert {"wait-all, small", "deadline, large"} <= labels
+    assert {"wait-all, fast", "deadline, slow"} <= labels
     assert ax.get_legend().get_title().get_text() == "policy, fleet"
     ax = plots.metric_vs_rounds(out.frame, "distance", by=["policy", "fleet"])
     assert len(ax.get_lines()) >= 4
     sp = compare.speedup(
         out.frame, "distance", below=TARGET, baseline="wait-all", by=["policy", "fleet"]
     )
-    sp["n"] = sp["fleet"].map({"small": 8, "large": 16})
+    sp["n"] = sp["fleet"].map({"fast": 8, "slow": 16})
     ax = plots.speedup_vs(sp, "n", by="policy")
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {"wait-all", "deadline"}
     # a speedup table with two rows per (policy, n) would draw a zigzag: refused
@@ -157,3 +156,18 @@ def test_bad_by_is_named(out):
         compare.speedup(out.frame, "distance", below=TARGET, baseline="x", by=["policy", "nope"])
     with pytest.raises(ValueError, match="baseline 'x' is not a value of column 'policy'"):
         compare.speedup(out.frame, "distance", below=TARGET, baseline="x", by=["policy", "fleet"])
+
+
+def test_the_report_gives_each_fleet_of_one_size_its_own_panel(out, tmp_path):
+    hand = _by_hand(out)
+    index = write_report(out.store, tmp_path / "r", target=("distance", "below", TARGET))
+    table = pd.read_csv(tmp_path / "r" / "time_to_target.csv")
+    assert len(table) == 4 and (table["runs"] == 2).all() and (table["n_devices"] == 8).all()
+    for row in table.itertuples():
+        mine = np.mean([hand[(row.policy, row.fleet, s)] for s in SEEDS])
+        base = np.mean([hand[("wait-all", row.fleet, s)] for s in SEEDS])
+        assert row.mean_time == pytest.approx(mine, rel=1e-12)
+        assert row.speedup == pytest.approx(base / mine, rel=1e-12)
+    text = index.read_text()
+    assert "one panel per fleet and fleet size" in text
+    assert "2 values of fleet" in text
