@@ -11,7 +11,8 @@
 ``by=`` is a column or a list of columns everywhere, and a grouping that would merge several
 runs under one ``(by..., seed)`` is refused (:func:`simfl.compare.check_one_run`).
 
-Each returns the matplotlib ``Axes`` it drew on; pass ``ax=`` to compose figures.
+Each returns the matplotlib ``Axes`` it drew on; pass ``ax=`` to compose figures (a figure made
+here uses constrained layout, so its labels and legends stay inside it when saved).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def _pyplot() -> Any:
 
 
 def _axes(ax: Any, size: tuple[float, float] = (7.0, 4.2)) -> Any:
+    """``ax``, or the axes of a new figure whose layout keeps labels and legends inside it."""
     if ax is not None:
         return ax
-    return _pyplot().subplots(figsize=size)[1]
+    return _pyplot().subplots(figsize=size, layout="constrained")[1]
 
 
 def _hue(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, str]:
@@ -471,9 +473,7 @@ def gantt(
     jobs = results.clients[results.clients["round"].isin(list(rounds))]
     drawn = jobs[jobs["device"].isin(chosen)]
     row: dict[Any, int] = {d: i + int(edge) for i, d in enumerate(chosen)}
-    if ax is None:
-        size = (9.0, max(2.5, 0.22 * (len(chosen) + int(edge)) + 1.2))
-        ax = plt.subplots(figsize=size, layout="constrained")[1]
+    ax = _axes(ax, (9.0, max(2.5, 0.22 * (len(chosen) + int(edge)) + 1.2)))
     for job in drawn.itertuples():
         _gantt_job(ax, job, row[job.device], color)
     in_rounds = results.rounds[results.rounds["round"].isin(list(rounds))]

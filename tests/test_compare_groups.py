@@ -9,6 +9,7 @@ own ``rounds`` frame, and so is the report of the store (a panel and a table row
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import matplotlib
@@ -171,3 +172,18 @@ def test_the_report_gives_each_fleet_of_one_size_its_own_panel(out, tmp_path):
     text = index.read_text()
     assert "one panel per fleet and fleet size" in text
     assert "2 values of fleet" in text
+
+
+@pytest.mark.parametrize("sizes", [[25, 50, 100, 200, 400, 800], [200, 400, 800]])
+def test_speedup_vs_log_axis_labels_do_not_overlap(sizes):
+    table = pd.DataFrame(
+        {"n": sizes, "speedup": 2.0, "ci_low": 1.5, "ci_high": 2.5, "policy": "srpfl"}
+    )
+    ax = plots.speedup_vs(table, "n", by="policy")
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+    assert [t.get_text() for t in labels] == [str(n) for n in sizes]
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes))  # no two labels overlap

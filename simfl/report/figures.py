@@ -252,12 +252,16 @@ def gantt_figure(results: Results, title: str, path: Path, *, max_devices: int =
     if stragglers == 0:
         part = "no job was late or dropped"
     elif len(late) == stragglers:
-        part = f"all {stragglers} devices with late or dropped jobs"
+        part = (
+            "the one device with late or dropped jobs"
+            if stragglers == 1
+            else f"all {stragglers} devices with late or dropped jobs"
+        )
     else:
         part = f"{len(late)} of the {stragglers} devices with late or dropped jobs (the most)"
     return (
         f"{which} of the {n} devices: {part}"
-        + (f", then the {len(others)} slowest others" if others else "")
+        + (f", then the {len(others)} slowest other{'s' * (len(others) > 1)}" if others else "")
         + " (rows by device id)"
     )
 
