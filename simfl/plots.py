@@ -313,18 +313,18 @@ _STRAGGLING = ("late", "dropped")
 
 
 def _device_groups(results: Results) -> pd.Series | None:
-    """The group (tier) label of every device, by id, if the results carry them.
+    """The group (tier) label of every device, by id, if the results record two or more groups.
 
-    Read from a ``group`` column of ``Results.clients``, else from ``meta["groups"]`` (one
-    label per device); ``None`` if neither is there.
+    Read from ``meta["groups"]``: the group names and runs of equal group indices over the
+    devices (``{"names": ["fast", "slow"], "runs": [[0, 80], [1, 20]]}`` for 80 fast devices
+    then 20 slow ones). ``None`` when it is absent or names a single group.
     """
-    jobs = results.clients
-    if "group" in jobs.columns:
-        return jobs.drop_duplicates("device").set_index("device")["group"].astype(str)
-    groups = results.meta.get("groups")
-    if isinstance(groups, (list, tuple)) and groups:
-        return pd.Series([str(g) for g in groups], index=np.arange(len(groups)))
-    return None
+    entry = results.meta.get("groups")
+    if not isinstance(entry, dict) or len(entry.get("names") or []) < 2:
+        return None
+    names = [str(n) for n in entry["names"]]
+    labels = [names[int(g)] for g, count in entry.get("runs", []) for _ in range(int(count))]
+    return pd.Series(labels, index=np.arange(len(labels)), dtype=object)
 
 
 def gantt_devices(
@@ -344,7 +344,7 @@ def gantt_devices(
         ``max_devices``); ``"slowest"``: the ``max_devices`` devices with the longest total job
         time in these rounds; ``"tiers"``: from every device group (tier) an even sample of
         ``max_devices // groups`` of its devices over their total job time, from the fastest to
-        the slowest (needs the devices' group labels); a list of device ids; an int ``n``: the
+        the slowest (needs ``meta["groups"]``, the devices' groups); a list of device ids; an int ``n``: the
         ``n`` lowest device ids with a job in these rounds. ``None`` (default):
         ``"stragglers"`` if any job was late or dropped, else ``"slowest"``.
 
@@ -398,9 +398,9 @@ def _tier_sample(results: Results, busy: pd.Series, max_devices: int) -> list[in
     groups = _device_groups(results)
     if groups is None:
         raise ValueError(
-            "gantt devices='tiers' needs the devices' group labels (a 'group' column of "
-            "Results.clients or meta['groups']); these results have none: use 'stragglers', "
-            "'slowest' or a list of device ids"
+            "gantt devices='tiers' needs the devices' group labels (meta['groups'] with two "
+            "or more groups); these results have none: use 'stragglers', 'slowest' or a list "
+            "of device ids"
         )
     ran = busy.index.intersection(groups.index)
     labels = list(dict.fromkeys(groups.loc[ran]))

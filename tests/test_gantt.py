@@ -118,8 +118,9 @@ def test_legend_is_inside_the_figure(tiered, tmp_path):
 
 
 def test_tiers_sample_every_group(tiered):
-    group = np.where(tiered.clients["device"] >= 60, "slow", "fast")
-    labelled = Results(tiered.rounds, tiered.clients.assign(group=group), tiered.meta)
+    # the devices' groups as the results record them (names, and runs of equal indices)
+    groups = {"names": ["fast", "slow"], "runs": [[0, 60], [1, 10]]}
+    labelled = Results(tiered.rounds, tiered.clients, {**tiered.meta, "groups": groups})
     ax = plots.gantt(labelled, devices="tiers", max_devices=8)
     rows = _rows(ax)
     assert len(rows) == 8
@@ -133,8 +134,10 @@ def test_tiers_sample_every_group(tiered):
     drawn = {int(r.split()[0]) for r in rows}
     assert int(busy.loc[60:69].idxmax()) in drawn and int(busy.loc[60:69].idxmin()) in drawn
     assert int(busy.loc[:59].idxmax()) in drawn and int(busy.loc[:59].idxmin()) in drawn
-    with pytest.raises(ValueError, match="needs the devices' group labels"):
-        plots.gantt(tiered, devices="tiers")
+    one = {**tiered.meta, "groups": {"names": ["all"], "runs": [[0, 70]]}}
+    for meta in ({k: v for k, v in tiered.meta.items() if k != "groups"}, one):
+        with pytest.raises(ValueError, match="needs the devices' group labels"):
+            plots.gantt(Results(tiered.rounds, tiered.clients, meta), devices="tiers")
 
 
 def test_bad_devices_are_named(tiered):

@@ -205,7 +205,8 @@ def _series(runs: pd.DataFrame, by: str | None) -> tuple[pd.DataFrame, str]:
     """The runs' labels with a string column naming the compared series, and its name."""
     labels = runs.copy()
     if by is not None:
-        allowed = [c for c in runs.columns[: list(runs.columns).index("status")] if c != "run_id"]
+        fixed = runs.columns[: list(runs.columns).index("status")]
+        allowed = [c for c in fixed if c not in ("run_id", "seed")]
         allowed += ["n_devices", "policy_name", "algorithm_name"]
         if by not in allowed:
             raise ValueError(f"report by= must be a label of the runs: {allowed}, got {by!r}")
