@@ -344,9 +344,9 @@ def gantt_devices(
         ``max_devices``); ``"slowest"``: the ``max_devices`` devices with the longest total job
         time in these rounds; ``"tiers"``: from every device group (tier) an even sample of
         ``max_devices // groups`` of its devices over their total job time, from the fastest to
-        the slowest (needs ``meta["groups"]``, the devices' groups); a list of device ids; an int ``n``: the
-        ``n`` lowest device ids with a job in these rounds. ``None`` (default):
-        ``"stragglers"`` if any job was late or dropped, else ``"slowest"``.
+        the slowest (needs the devices' groups in ``meta["groups"]``); a list of device ids;
+        an int ``n``: the ``n`` lowest device ids with a job in these rounds. ``None``
+        (default): ``"stragglers"`` if any job was late or dropped, else ``"slowest"``.
 
     Raises
     ------
