@@ -207,7 +207,7 @@ def _series(runs: pd.DataFrame, by: str | None) -> tuple[pd.DataFrame, str]:
     if by is not None:
         fixed = runs.columns[: list(runs.columns).index("status")]
         allowed = [c for c in fixed if c not in ("run_id", "seed")]
-        allowed += ["n_devices", "policy_name", "algorithm_name"]
+        allowed += ["policy_name", "algorithm_name"]  # the fleet size is a panel, never a series
         if by not in allowed:
             raise ValueError(f"report by= must be a label of the runs: {allowed}, got {by!r}")
         return labels.assign(**{by: labels[by].astype(str)}), by
