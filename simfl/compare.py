@@ -5,6 +5,11 @@ The common currency is a *tidy* frame of rounds from many runs, made by :func:`c
 per aggregation with the run's labels (``label``, ``seed`` and any others) as columns, plus a row
 at ``round = -1``, ``time = 0`` holding the initial metrics, so that curves start at time 0.
 
+Every function that takes ``by=`` accepts a column name or a list of them, and refuses (with a
+``ValueError`` that names the columns to add) to merge several runs under one ``(by..., seed)``:
+a store of 2 policies x 2 fleet sizes grouped ``by="policy"`` would otherwise mix the fleet
+sizes (see :func:`check_one_run`).
+
 >>> import simfl
 >>> from simfl import compare
 >>> # frame = compare.collect({"srpfl": srpfl_runs, "wait-all": wait_all_runs})
@@ -15,7 +20,7 @@ at ``round = -1``, ``time = 0`` holding the initial metrics, so that curves star
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +30,8 @@ from simfl.results import Results
 
 __all__ = [
     "bootstrap_ci",
+    "by_columns",
+    "check_one_run",
     "collect",
     "speedup",
     "summarize_targets",
@@ -98,6 +105,144 @@ def collect(
     return pd.concat(frames, ignore_index=True)
 
 
+#: Columns of ``Results.rounds`` itself: they change from round to round, never label a run.
+_ROUND_FIELDS = frozenset(
+    {
+        "round",
+        "stage",
+        "t_start",
+        "time",
+        "duration",
+        "status",
+        "n_selected",
+        "n_arrived",
+        "n_dropped",
+        "n_late",
+        "n_cancelled",
+        "bytes_down",
+        "bytes_up",
+        "staleness_mean",
+        "train_loss",
+    }
+)
+
+
+def by_columns(by: str | Sequence[str], frame: pd.DataFrame, *, where: str) -> list[str]:
+    """``by`` (a column name or a list of them) as a list of columns of ``frame``.
+
+    Raises
+    ------
+    TypeError
+        If ``by`` is neither a string nor a sequence of strings.
+    ValueError
+        If it is empty, repeats a column, or names one that ``frame`` lacks.
+    """
+    keys = [by] if isinstance(by, str) else list(by) if isinstance(by, Sequence) else None
+    if keys is None or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"{where} by= must be a column name or a list of them, got {by!r}")
+    if not keys:
+        raise ValueError(f"{where} by= must name at least one column, got {by!r}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{where} by= names a column twice: {keys}")
+    missing = [k for k in keys if k not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{where} by= names {missing}, not columns of the frame: {list(frame.columns)}"
+        )
+    return keys
+
+
+def _run_ids(frame: pd.DataFrame) -> pd.Series | None:
+    """Which run each row belongs to: ``run_id``, else blocks of rows whose ``round`` increases.
+
+    ``collect`` and ``Store.rounds`` write each run's rows in a block with increasing rounds,
+    so a round that does not increase (or a change of seed) starts the next run. ``None`` if
+    the frame has neither ``run_id`` nor ``round``.
+    """
+    if "run_id" in frame.columns:
+        return frame["run_id"]
+    if "round" not in frame.columns:
+        return None
+    rounds = frame["round"].to_numpy()
+    restart = np.r_[True, rounds[1:] <= rounds[:-1]]
+    if "seed" in frame.columns:
+        seeds = frame["seed"].to_numpy()
+        restart[1:] |= seeds[1:] != seeds[:-1]
+    return pd.Series(np.cumsum(restart), index=frame.index)
+
+
+def _merged(frame: pd.DataFrame, keys: list[str], runs: pd.Series) -> pd.Series:
+    """Whether each row's ``(keys..., seed)`` group holds rows of several runs."""
+    group = [frame[k] for k in keys]
+    if "run_id" in frame.columns:
+        count = runs.groupby(group, sort=False, dropna=False).transform("nunique")
+        return count > 1
+    # without run ids a run is a block of rows, each round once: a repeated round is a merge
+    repeated = frame.duplicated([*keys, "round"], keep=False)
+    return repeated.groupby(group, sort=False, dropna=False).transform("any").astype(bool)
+
+
+def _labels_that_differ(frame: pd.DataFrame, runs: pd.Series, skip: list[str]) -> list[str]:
+    """Columns constant within each run of ``frame`` that differ between its runs."""
+    out = []
+    for col in frame.columns:
+        if col in skip or col in _ROUND_FIELDS:
+            continue
+        per_run = frame[col].groupby(runs, sort=False).nunique(dropna=False)
+        if (per_run <= 1).all() and frame[col].nunique(dropna=False) > 1:
+            out.append(str(col))
+    return sorted(out, key=lambda c: c == "label")  # the scenario name last: a grid label says more
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python value it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def check_one_run(frame: pd.DataFrame, by: str | Sequence[str], *, where: str = "compare") -> None:
+    """Refuse a grouping that would merge several runs under one ``(by..., seed)``.
+
+    A run is a ``run_id`` (frames of :meth:`simfl.Store.rounds`) or else a block of rows with
+    increasing ``round`` (frames of :func:`collect`). Grouping a store of 2 policies x 2 fleet
+    sizes ``by="policy"`` puts two runs under each (policy, seed); their times to target would
+    be mixed into one number that belongs to no fleet size.
+
+    Raises
+    ------
+    ValueError
+        Naming the group, the columns in which its runs differ and the ``by=`` to use instead.
+    """
+    keys = by_columns(by, frame, where=where)
+    keys = [*keys, "seed"] if "seed" in frame.columns and "seed" not in keys else keys
+    runs = _run_ids(frame)
+    if runs is None:
+        return
+    merged = _merged(frame, keys, runs)
+    if not merged.any():
+        return
+    gid = frame.groupby(keys, sort=False, dropna=False).ngroup()
+    in_group = (gid == gid[merged].iloc[0]).to_numpy()
+    rows, first = frame[in_group], frame[in_group].iloc[0]
+    n = runs[in_group].nunique()
+    group = ", ".join(f"{k}={_plain(first[k])!r}" for k in keys)
+    differ = _labels_that_differ(rows, runs[in_group], [*keys, "run_id"])
+    given = [k for k in keys if k != "seed"]
+    if not differ:
+        raise ValueError(
+            f"{where}: {n} runs fall in one group ({group}) and no label column tells them "
+            f"apart; give each run its own label (compare.collect({{label: runs}}) or a grid "
+            f"label) and add it to by={given}"
+        )
+    add = [c for c in differ if c != "label"] or differ
+    names = ", ".join(repr(c) for c in add)
+    also = " (and in their scenario name, 'label')" if len(add) < len(differ) else ""
+    raise ValueError(
+        f"{where}: by={given} merges {n} runs into one group ({group}): the runs differ in "
+        f"{names}{also}; add {'it' if len(add) == 1 else 'them'} to by=, e.g. "
+        f"by={[*given, *add]}"
+    )
+
+
 def _reached(values: pd.Series, below: float | None, above: float | None) -> pd.Series:
     if (below is None) == (above is None):
         raise ValueError("give exactly one of below= or above=")
@@ -126,22 +271,24 @@ def time_to_target(
     return float(df[column].to_numpy()[int(np.argmax(hit))])
 
 
-def targets(
+def _as_tuple(key: Any) -> tuple[Any, ...]:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _targets(
     frame: pd.DataFrame,
     metric: str,
-    *,
-    below: float | None = None,
-    above: float | None = None,
-    by: str | list[str] = "label",
+    below: float | None,
+    above: float | None,
+    keys: list[str],
+    where: str,
 ) -> pd.DataFrame:
-    """Time and rounds to target of every run of a tidy frame (one row per group and seed)."""
-    keys = [by] if isinstance(by, str) else list(by)
+    check_one_run(frame, keys, where=where)
     rows = []
-    for key, df in frame.groupby([*keys, "seed"], sort=False):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, df in frame.groupby([*keys, "seed"], sort=False, dropna=False):
         rows.append(
             {
-                **dict(zip([*keys, "seed"], key, strict=True)),
+                **dict(zip([*keys, "seed"], _as_tuple(key), strict=True)),
                 "time_to_target": time_to_target(df, metric, below=below, above=above),
                 "rounds_to_target": time_to_target(
                     df, metric, below=below, above=above, column="round"
@@ -154,6 +301,25 @@ def targets(
             }
         )
     return pd.DataFrame(rows)
+
+
+def targets(
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+    by: str | Sequence[str] = "label",
+) -> pd.DataFrame:
+    """Time and rounds to target of every run of a tidy frame (one row per group and seed).
+
+    Raises
+    ------
+    ValueError
+        If a ``(by..., seed)`` group holds several runs (:func:`check_one_run`).
+    """
+    keys = by_columns(by, frame, where="targets")
+    return _targets(frame, metric, below, above, keys, "targets")
 
 
 def bootstrap_ci(
@@ -184,7 +350,7 @@ def summarize_targets(
     *,
     below: float | None = None,
     above: float | None = None,
-    by: str | list[str] = "label",
+    by: str | Sequence[str] = "label",
     ci: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
@@ -194,17 +360,21 @@ def summarize_targets(
     Runs that never reach the target have time ``inf``; a group with any such run has an
     infinite mean (shown honestly rather than averaged over the lucky runs), and ``reached``
     says how many made it.
+
+    Raises
+    ------
+    ValueError
+        If a ``(by..., seed)`` group holds several runs (:func:`check_one_run`).
     """
-    per_run = targets(frame, metric, below=below, above=above, by=by)
-    keys = [by] if isinstance(by, str) else list(by)
+    keys = by_columns(by, frame, where="summarize_targets")
+    per_run = _targets(frame, metric, below, above, keys, "summarize_targets")
     rows = []
-    for key, df in per_run.groupby(keys, sort=False):
+    for key, df in per_run.groupby(keys, sort=False, dropna=False):
         t = df["time_to_target"].to_numpy()
         lo, hi = bootstrap_ci(t, ci=ci, n_boot=n_boot, seed=seed)
-        key = key if isinstance(key, tuple) else (key,)
         rows.append(
             {
-                **dict(zip(keys, key, strict=True)),
+                **dict(zip(keys, _as_tuple(key), strict=True)),
                 "runs": len(t),
                 "reached": int(np.isfinite(t).sum()),
                 "mean_time": float(np.mean(t)),
@@ -225,7 +395,7 @@ def speedup(
     baseline: Any,
     below: float | None = None,
     above: float | None = None,
-    by: str = "label",
+    by: str | Sequence[str] = "label",
     ci: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
@@ -235,35 +405,74 @@ def speedup(
     ``speedup = mean(T_baseline) / mean(T_group)`` over seeds, where ``T`` is the time to
     target. When both groups ran the same seeds (the same fleets), seeds are resampled in pairs;
     otherwise independently.
+
+    Parameters
+    ----------
+    baseline
+        A value of the first ``by`` column. With several columns
+        (``by=["policy", "fleet"]``) every group is compared with the baseline's group that has
+        the same values of the others (the same fleet); a group without one gets NaN.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the ``by`` columns, ``speedup``, ``ci_low``, ``ci_high``,
+        ``mean_time`` and ``baseline_time``.
+
+    Raises
+    ------
+    ValueError
+        If ``baseline`` is not a value of the first ``by`` column, or if a ``(by..., seed)``
+        group holds several runs (:func:`check_one_run`).
     """
-    per_run = targets(frame, metric, below=below, above=above, by=by)
-    base = per_run[per_run[by] == baseline].set_index("seed")["time_to_target"]
-    if base.empty:
-        raise ValueError(f"baseline {baseline!r} is not a value of column {by!r}")
+    keys = by_columns(by, frame, where="speedup")
+    per_run = _targets(frame, metric, below, above, keys, "speedup")
+    series = keys[0]
+    is_base = per_run[series] == baseline
+    if not is_base.any():
+        raise ValueError(f"baseline {baseline!r} is not a value of column {series!r}")
+    bases = {
+        _as_tuple(key)[1:]: df.set_index("seed")["time_to_target"]
+        for key, df in per_run[is_base].groupby(keys, sort=False, dropna=False)
+    }
     rng = np.random.default_rng(seed)
     rows = []
-    for key, df in per_run.groupby(by, sort=False):
+    for key, df in per_run.groupby(keys, sort=False, dropna=False):
+        key = _as_tuple(key)
+        base = bases.get(key[1:])
         t = df.set_index("seed")["time_to_target"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = float(np.float64(base.mean()) / np.float64(t.mean()))
-        if set(t.index) == set(base.index):
-            seeds = t.index.to_numpy()
-            idx = rng.integers(0, seeds.size, size=(n_boot, seeds.size))
-            b = base.loc[seeds].to_numpy()[idx].mean(axis=1)
-            a = t.loc[seeds].to_numpy()[idx].mean(axis=1)
-        else:
-            b = base.to_numpy()[rng.integers(0, base.size, (n_boot, base.size))].mean(axis=1)
-            a = t.to_numpy()[rng.integers(0, t.size, (n_boot, t.size))].mean(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lo, hi = np.quantile(b / a, [(1 - ci) / 2, (1 + ci) / 2], method="inverted_cdf")
+        ratio, lo, hi = (
+            (math.nan, math.nan, math.nan)
+            if base is None
+            else _ratio_ci(base, t, rng, ci=ci, n_boot=n_boot)
+        )
         rows.append(
             {
-                by: key,
+                **dict(zip(keys, key, strict=True)),
                 "speedup": ratio,
-                "ci_low": float(lo),
-                "ci_high": float(hi),
+                "ci_low": lo,
+                "ci_high": hi,
                 "mean_time": float(t.mean()),
-                "baseline_time": float(base.mean()),
+                "baseline_time": math.nan if base is None else float(base.mean()),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _ratio_ci(
+    base: pd.Series, t: pd.Series, rng: np.random.Generator, *, ci: float, n_boot: int
+) -> tuple[float, float, float]:
+    """``mean(base) / mean(t)`` and its bootstrap CI (paired by seed when the seeds agree)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = float(np.float64(base.mean()) / np.float64(t.mean()))
+    if set(t.index) == set(base.index):
+        seeds = t.index.to_numpy()
+        idx = rng.integers(0, seeds.size, size=(n_boot, seeds.size))
+        b = base.loc[seeds].to_numpy()[idx].mean(axis=1)
+        a = t.loc[seeds].to_numpy()[idx].mean(axis=1)
+    else:
+        b = base.to_numpy()[rng.integers(0, base.size, (n_boot, base.size))].mean(axis=1)
+        a = t.to_numpy()[rng.integers(0, t.size, (n_boot, t.size))].mean(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo, hi = np.quantile(b / a, [(1 - ci) / 2, (1 + ci) / 2], method="inverted_cdf")
+    return ratio, float(lo), float(hi)

@@ -3,16 +3,19 @@
 >>> # from simfl.report import write_report
 >>> # write_report("runs/sweep", "runs/sweep/report", target=("distance", "below", 1e-3))
 
-The report compares *series* (the policies, or whatever the sweep's grid varied) at every fleet
-size, over the seeds of each:
+The report compares *series* (the policies, or whatever the sweep's grid varied) in every
+*panel*: a fleet size and a value of every other grid label that varies (another fleet of the
+same size, a capacity, ...), over the seeds of each, so that no number mixes runs of different
+settings:
 
 * ``metric_vs_rounds.png`` and ``metric_vs_time.png``: the metric per series, mean over seeds
-  with a 95% bootstrap band, one panel per fleet size;
-* ``speedup.png``: time-to-target of the baseline series divided by that of each series, against
-  the fleet size (a paired bootstrap 95% CI over seeds);
+  with a 95% bootstrap band, one panel per panel key;
+* ``speedup.png``: time-to-target of the baseline series divided by that of each series in the
+  same panel, against the fleet size (a paired bootstrap 95% CI over seeds);
 * a time-to-target table (mean, bootstrap 95% CI, median, rounds; also ``time_to_target.csv``);
-* ``gantt.png``: the device jobs of one run, coloured by status;
-* ``utilisation.png``: the fraction of simulated time each device spent in a job;
+* ``gantt.png``: the device jobs of one run, coloured by status: the devices with late or
+  dropped jobs, then the slowest others;
+* ``utilisation.png``: the fraction of simulated time each device spent in a job, per panel;
 * ``staleness.png``: the staleness of the applied updates (0 for synchronous policies).
 
 :mod:`simfl.report.choose` picks the series, the metric and its target (defaults described

@@ -3,11 +3,15 @@
 :func:`choose` picks the finished runs, the compared series, the metric and its target, and the
 run of the Gantt chart; :func:`target_table` and :func:`speedups` compute the tables.
 
-The series column is a grid label other than the fleet size (``policy`` for
-``sweeps.grid(base, policy=..., fleet=...)``), or else the scenario name (a column
-``scenario``); ``by=`` chooses another. The target defaults to twice (``goal="min"``) or 98% of
-(``"max"``) the median over runs of each run's best value, rounded to two digits, so that
-typical runs reach it; ``target=`` sets it.
+The series column is a grid label other than the fleet size (``policy`` when it varies, else
+the first such label: ``policy`` for ``sweeps.grid(base, policy=..., fleet=...)``), or else the
+scenario name (a column ``scenario``); ``by=`` chooses another. Every other grid label that
+varies and is not implied by the series and the fleet size (another fleet of the same size,
+a capacity, an algorithm, ...) is a *panel* column, and so is ``n_devices``: each combination
+gets its own panel, table row and speedup, so that no number mixes runs of different
+settings. The target defaults to twice (``goal="min"``) or 98% of (``"max"``) the median over
+runs of each run's best value, rounded to two digits, so that typical runs reach it;
+``target=`` sets it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pandas as pd
 from simfl import compare
 from simfl.sweeps.store import Store
 
-__all__ = ["Choice", "Target", "choose", "speedups", "target_table"]
+__all__ = ["Choice", "Target", "choose", "panel_title", "speedups", "target_table"]
 
 Target = tuple[str, str, float]
 
@@ -39,9 +43,12 @@ class Choice:
     frame
         Rounds of the finished runs with ``n_devices``, ``policy_name`` and the series column.
     jobs
-        Device jobs of the finished runs with the series column.
+        Device jobs of the finished runs with the series and panel columns.
     by, series, baseline
         The series column, its values in order, and the one speedups are relative to.
+    panels
+        The columns besides the series and the seed that tell runs apart, ``n_devices`` last:
+        one panel (and table row, and speedup) per combination of their values.
     metric, side, value, target_note
         The target ``metric`` ``side`` (``"below"`` or ``"above"``) ``value``, and how it was
         chosen, in words.
@@ -55,6 +62,7 @@ class Choice:
     frame: pd.DataFrame
     jobs: pd.DataFrame
     by: str
+    panels: tuple[str, ...]
     series: list[str]
     baseline: str
     metric: str
@@ -74,9 +82,20 @@ class Choice:
         return sorted(int(n) for n in self.frame["n_devices"].unique())
 
     @property
+    def extra(self) -> list[str]:
+        """The panel columns other than the fleet size."""
+        return [c for c in self.panels if c != "n_devices"]
+
+    @property
+    def panels_text(self) -> str:
+        """What a panel is, in words, e.g. ``fleet and fleet size``."""
+        return " and ".join([*self.extra, "fleet size"])
+
+    @property
     def seeds_text(self) -> str:
-        """How many seeds each series has at each fleet size, e.g. ``5 seeds``."""
-        counts = sorted(set(self.frame.groupby([self.by, "n_devices"])["seed"].nunique()))
+        """How many seeds each series has in each panel, e.g. ``5 seeds``."""
+        keys = [self.by, *self.panels]
+        counts = sorted(set(self.frame.groupby(keys, dropna=False)["seed"].nunique()))
         return f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} seeds"
 
 
@@ -100,8 +119,10 @@ def choose(
     done = runs[runs["status"] == "done"]
     if done.empty:
         raise ValueError(f"{store.path} has no finished runs to report")
-    frame = store.rounds().merge(done[["run_id", "n_devices", "policy_name"]], on="run_id")
-    frame, by = _series(frame, done, by)
+    labels, by = _series(done, by)
+    panels = _panels(labels, by)
+    columns = list(dict.fromkeys(["run_id", "n_devices", "policy_name", by, *panels]))
+    frame = _with_labels(store.rounds(), labels[columns])
     records = {r["run_id"]: r for r in store.records()}
     first = records[str(done["run_id"].iloc[0])]
     metric, side, value, note = _target(frame, first, metric, target)
@@ -111,13 +132,32 @@ def choose(
         raise ValueError(
             f"report baseline must be one of the {by} values {series}, got {baseline!r}"
         )
-    jobs = store.clients(list(done["run_id"])).merge(frame[["run_id", by]].drop_duplicates())
+    jobs = _with_labels(store.clients(list(done["run_id"])), labels[columns])
     run_id = run if run is not None else _gantt_run(jobs, done)
     if run_id not in set(done["run_id"]):
         raise ValueError(f"report run must be a finished run id of {store.path}, got {run_id!r}")
     return Choice(
-        runs, done, records, frame, jobs, by, series, baseline, metric, side, value, note, run_id
+        runs=runs,
+        done=done,
+        records=records,
+        frame=frame,
+        jobs=jobs,
+        by=by,
+        panels=tuple(panels),
+        series=series,
+        baseline=baseline,
+        metric=metric,
+        side=side,
+        value=value,
+        target_note=note,
+        run_id=run_id,
     )
+
+
+def _with_labels(rows: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` of runs with the columns of ``labels`` (by ``run_id``), replacing their own."""
+    own = [c for c in labels.columns if c != "run_id" and c in rows.columns]
+    return rows.drop(columns=own).merge(labels, on="run_id")
 
 
 def _target(
@@ -143,6 +183,13 @@ def _target(
     return metric, side, _default_target(frame, metric, goal), note
 
 
+def _grid_axes(runs: pd.DataFrame) -> list[str]:
+    """The grid labels of the runs that vary (columns of ``Store.runs()`` before ``status``)."""
+    fixed = list(runs.columns[: list(runs.columns).index("status")])
+    axes = [c for c in fixed if c not in ("run_id", "label", "seed")]
+    return [a for a in axes if runs[a].astype(str).nunique() > 1]
+
+
 def _size_axes(runs: pd.DataFrame, axes: list[str]) -> list[str]:
     """Grid labels that are the fleet size in other words (one value per distinct size)."""
     sizes = runs["n_devices"].nunique()
@@ -154,26 +201,53 @@ def _size_axes(runs: pd.DataFrame, axes: list[str]) -> list[str]:
     return out
 
 
-def _series(frame: pd.DataFrame, runs: pd.DataFrame, by: str | None) -> tuple[pd.DataFrame, str]:
-    """Add the string column that names the compared series; return the frame and its name."""
+def _series(runs: pd.DataFrame, by: str | None) -> tuple[pd.DataFrame, str]:
+    """The runs' labels with a string column naming the compared series, and its name."""
+    labels = runs.copy()
     if by is not None:
-        if by not in frame.columns:
-            raise ValueError(f"report by= must be a column of the rounds: {list(frame.columns)}")
-        frame = frame.assign(**{by: frame[by].astype(str)})
-        return frame, by
-    fixed = set(runs.columns[: list(runs.columns).index("status")])
-    axes = [c for c in runs.columns if c in fixed and c not in ("run_id", "label", "seed")]
-    axes = [a for a in axes if runs[a].nunique() > 1]
-    series = [a for a in axes if a not in _size_axes(runs, axes)]
-    if len(series) == 1:
-        return frame.assign(**{series[0]: frame[series[0]].astype(str)}), series[0]
-    if series:
-        text = frame[series].astype(str)
-        joined = text.apply(lambda r: ",".join(f"{k}={v}" for k, v in r.items()), axis=1)
-        return frame.assign(series=joined), "series"
+        fixed = runs.columns[: list(runs.columns).index("status")]
+        allowed = [c for c in fixed if c not in ("run_id", "seed")]
+        allowed += ["policy_name", "algorithm_name"]  # the fleet size is a panel, never a series
+        if by not in allowed:
+            raise ValueError(f"report by= must be a label of the runs: {allowed}, got {by!r}")
+        return labels.assign(**{by: labels[by].astype(str)}), by
+    axes = _grid_axes(runs)
+    candidates = [a for a in axes if a not in _size_axes(runs, axes)]
+    if candidates:
+        name = "policy" if "policy" in candidates else candidates[0]
+        return labels.assign(**{name: labels[name].astype(str)}), name
     if axes:  # only a fleet-size axis: one series per remaining difference, the policy
-        return frame.assign(series=frame["policy_name"].astype(str)), "series"
-    return frame.assign(scenario=frame["label"].astype(str)), "scenario"
+        return labels.assign(series=labels["policy_name"].astype(str)), "series"
+    return labels.assign(scenario=labels["label"].astype(str)), "scenario"
+
+
+def _determined(runs: pd.DataFrame, keys: list[str], column: str) -> bool:
+    """Whether ``keys`` fix ``column`` (one value of it per combination of theirs)."""
+    per = runs.astype({column: str}).groupby(keys, dropna=False)[column].nunique()
+    return bool((per <= 1).all())
+
+
+def _panels(labels: pd.DataFrame, by: str) -> list[str]:
+    """The panel columns: varying labels not fixed by the series and the size, then the size.
+
+    If the series, the panels and the seed still leave several runs together (runs that differ
+    only in their scenario name), the scenario name ``label`` becomes a panel column too.
+    """
+    panels: list[str] = []
+    for axis in _grid_axes(labels):
+        if axis != by and not _determined(labels, [by, *panels, "n_devices"], axis):
+            panels.append(axis)
+    panels.append("n_devices")
+    if by != "label" and not _determined(labels, [by, *panels, "seed"], "run_id"):
+        panels.insert(0, "label")
+    return panels
+
+
+def panel_title(keys: list[str], values: tuple[Any, ...]) -> str:
+    """A panel's title, e.g. ``fleet=phones, 100 devices``."""
+    parts = [f"{k}={v}" for k, v in zip(keys, values, strict=True) if k != "n_devices"]
+    parts += [f"{v} devices" for k, v in zip(keys, values, strict=True) if k == "n_devices"]
+    return ", ".join(parts)
 
 
 def _default_target(frame: pd.DataFrame, metric: str, goal: str) -> float:
@@ -205,23 +279,23 @@ def _gantt_run(jobs: pd.DataFrame, done: pd.DataFrame) -> str:
 
 
 def target_table(
-    frame: pd.DataFrame, metric: str, side: str, value: float, by: str
+    frame: pd.DataFrame, metric: str, side: str, value: float, by: str, panels: list[str]
 ) -> pd.DataFrame:
-    """Time to target of every series at every fleet size (``compare.summarize_targets``)."""
+    """Time to target of every series in every panel (``compare.summarize_targets``)."""
     kw: dict[str, Any] = {"below": value} if side == "below" else {"above": value}
-    table = compare.summarize_targets(frame, metric, by=[by, "n_devices"], **kw)
-    return table.sort_values(["n_devices"], kind="stable").reset_index(drop=True)
+    table = compare.summarize_targets(frame, metric, by=[by, *panels], **kw)
+    return table.sort_values(panels[::-1], kind="stable").reset_index(drop=True)
 
 
 def speedups(
-    frame: pd.DataFrame, metric: str, side: str, value: float, by: str, baseline: str
+    frame: pd.DataFrame,
+    metric: str,
+    side: str,
+    value: float,
+    by: str,
+    baseline: str,
+    panels: list[str],
 ) -> pd.DataFrame:
-    """Speedups over ``baseline`` at every fleet size holding it (``compare.speedup``)."""
+    """Speedups over ``baseline`` in every panel (``compare.speedup``; NaN where it is absent)."""
     kw: dict[str, Any] = {"below": value} if side == "below" else {"above": value}
-    parts = []
-    for n, group in frame.groupby("n_devices", sort=True):
-        if baseline not in set(group[by]):
-            continue
-        table = compare.speedup(group, metric, baseline=baseline, by=by, **kw)
-        parts.append(table.assign(n_devices=n))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return compare.speedup(frame, metric, baseline=baseline, by=[by, *panels], **kw)

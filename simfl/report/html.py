@@ -43,11 +43,12 @@ def _interval(mean: float, low: float, high: float) -> str:
     return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
 
 
-def _display(table: pd.DataFrame, by: str, metric: str) -> pd.DataFrame:
+def _display(table: pd.DataFrame, by: str, extra: list[str], metric: str) -> pd.DataFrame:
     """The time-to-target table as people read it: intervals in brackets, units in headers."""
     out = pd.DataFrame(
         {
             by: table[by],
+            **{c: table[c] for c in extra},
             "devices": table["n_devices"],
             "seeds reaching": [
                 f"{r} of {n}" for r, n in zip(table["reached"], table["runs"], strict=True)
@@ -139,7 +140,13 @@ def write_report(
     colours = figures.palette(chosen.series)
     shown = _metric_figures(chosen, colours, folder)
     speed = speedups(
-        chosen.frame, chosen.metric, chosen.side, chosen.value, chosen.by, chosen.baseline
+        chosen.frame,
+        chosen.metric,
+        chosen.side,
+        chosen.value,
+        chosen.by,
+        chosen.baseline,
+        list(chosen.panels),
     )
     shown.append(_speedup_figure(chosen, speed, colours, folder))
     shown += _job_figures(store, chosen, colours, folder)
@@ -152,19 +159,22 @@ def write_report(
 
 def _time_to_target(chosen: Choice, speed: pd.DataFrame) -> pd.DataFrame:
     """The time-to-target table with the speedups (``time_to_target.csv``)."""
-    table = target_table(chosen.frame, chosen.metric, chosen.side, chosen.value, chosen.by)
+    keys = [chosen.by, *chosen.panels]
+    table = target_table(
+        chosen.frame, chosen.metric, chosen.side, chosen.value, chosen.by, list(chosen.panels)
+    )
     if speed.empty:
         return table
     ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
-    cols = [chosen.by, "n_devices", "speedup", "ci_low", "ci_high"]
-    return table.merge(speed[cols].rename(columns=ci), on=[chosen.by, "n_devices"], how="left")
+    cols = [*keys, "speedup", "ci_low", "ci_high"]
+    return table.merge(speed[cols].rename(columns=ci), on=keys, how="left")
 
 
 def _metric_figures(chosen: Choice, colours: dict[str, Any], folder: Path) -> list[Caption]:
     """The metric against rounds and against simulated time."""
     band = (
         f"mean over {chosen.seeds_text} with a 95% bootstrap band, one line per {chosen.by}, "
-        f"one panel per fleet size"
+        f"one panel per {chosen.panels_text}"
     )
     shown = []
     for x in ("rounds", "time"):
@@ -173,6 +183,7 @@ def _metric_figures(chosen: Choice, colours: dict[str, Any], folder: Path) -> li
             chosen.frame,
             chosen.metric,
             chosen.by,
+            panels=list(chosen.panels),
             x=x,
             target=chosen.value,
             colours=colours,
@@ -188,16 +199,30 @@ def _speedup_figure(
     chosen: Choice, speed: pd.DataFrame, colours: dict[str, Any], folder: Path
 ) -> Caption:
     """The speedup over the baseline against the fleet size."""
-    by, sizes, tgt = chosen.by, chosen.sizes, chosen.target_text
+    by, sizes, tgt, extra = chosen.by, chosen.sizes, chosen.target_text, chosen.extra
     figures.speedup_figure(
-        speed, by, chosen.baseline, tgt, sizes=sizes, colours=colours, path=folder / "speedup.png"
+        speed,
+        by,
+        chosen.baseline,
+        tgt,
+        panels=list(chosen.panels),
+        sizes=sizes,
+        colours=colours,
+        path=folder / "speedup.png",
     )
     one = len(sizes) == 1
+    each = ", ".join([by, *extra])
+    also = f" with the same {', '.join(extra)}" if extra else ""
     return (
         "speedup.png",
-        (f"This store has one fleet size ({sizes[0]} devices): one bar per {by}. " if one else "")
-        + f"Speedup = mean time to {tgt} of the baseline {chosen.baseline!r} / that of each {by}"
-        + ("" if one else " at each fleet size (devices)")
+        (f"This store has one fleet size ({sizes[0]} devices): one bar per {each}. " if one else "")
+        + f"Speedup = mean time to {tgt} of the baseline {chosen.baseline!r}{also} / that of "
+        f"each {by}"
+        + (
+            ""
+            if one
+            else f" at each fleet size (devices){', one line per ' + each if extra else ''}"
+        )
         + "; bars: paired bootstrap 95% CI over seeds; above 1 is faster than the baseline; "
         f"a {by} whose mean time is infinite (a seed never reached the target) is not drawn.",
     )
@@ -211,11 +236,17 @@ def _job_figures(
     rec = chosen.records[run_id]
     title = f"{rec['name']}, seed {rec['seed']}"
     window = figures.gantt_figure(store.results(run_id), title, folder / "gantt.png")
+    panels = list(chosen.panels)
     figures.utilisation_figure(
-        chosen.jobs, chosen.done, by, colours=colours, path=folder / "utilisation.png"
+        chosen.jobs,
+        chosen.done,
+        by,
+        panels=panels,
+        colours=colours,
+        path=folder / "utilisation.png",
     )
     all_zero, beyond = figures.staleness_figure(
-        chosen.jobs, by, colours=colours, path=folder / "staleness.png"
+        chosen.jobs, by, panels=panels, colours=colours, path=folder / "staleness.png"
     )
     note = " Every run here is synchronous: all are 0." if all_zero else ""
     if beyond > 0:
@@ -230,13 +261,14 @@ def _job_figures(
         (
             "utilisation.png",
             f"Utilisation: the fraction of its run's simulated time each device spent in a job "
-            f"(downloading, computing or uploading), pooled over the devices of all runs of a "
-            f"{by}; devices never selected count as 0.",
+            f"(downloading, computing or uploading), pooled over the devices of the runs (seeds) "
+            f"of a {by}, one panel per {chosen.panels_text}; devices never selected count as 0.",
         ),
         (
             "staleness.png",
             "Staleness of the applied updates: server model versions created between a job's "
-            f"download and the aggregation that used its update (share per {by}).{note}",
+            f"download and the aggregation that used its update (share per {by}, one panel per "
+            f"{chosen.panels_text}).{note}",
         ),
     ]
 
@@ -257,13 +289,16 @@ def _page(
         + (f", {len(bad)} unreadable (left out, listed below)" if bad else "")
         + f": {len(chosen.series)} "
         f"{html.escape(by)} values, fleet size{'s' * (len(sizes) > 1)} "
-        f"{', '.join(map(str, sizes))} devices, {chosen.seeds_text}. Target: "
+        f"{', '.join(map(str, sizes))} devices"
+        + "".join(f", {chosen.frame[c].nunique()} values of {html.escape(c)}" for c in chosen.extra)
+        + f", {chosen.seeds_text}; one panel and one table row per "
+        f"{html.escape(chosen.panels_text)}. Target: "
         f"<b>{tgt}</b> ({html.escape(chosen.target_note)}).</p>",
         f"<h2>Time to {tgt}</h2><p>Simulated seconds: mean over seeds with a "
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
         f"speedup over {html.escape(repr(chosen.baseline))} (also in "
         f"<code>time_to_target.csv</code>).</p>",
-        _html_table(_display(table, by, chosen.metric)),
+        _html_table(_display(table, by, chosen.extra, chosen.metric)),
     ]
     for name, caption in shown:
         page.append(
