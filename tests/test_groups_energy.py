@@ -417,3 +417,20 @@ def test_neural_per_client_metrics_add_up_to_the_evaluation(finetune, request):
     assert hits.sum() / samples.sum() == pytest.approx(overall["accuracy"], rel=1e-12)
     weighted = (metrics["loss"] * samples).sum() / samples.sum()
     assert weighted == pytest.approx(overall["loss"], rel=1e-9)
+
+
+def test_readme_example_runs(capsys):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"### Per-group results and energy\n.*?```python\n(.*?)```", readme, re.S)
+    assert block is not None
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    res = namespace["res"]
+    table = res.participation().set_index("group")
+    assert list(table.index) == ["fast", "slow"] and res.has_energy
+    assert table.loc["slow", "update_share"] < table.loc["slow", "fleet_share"]
+    assert "jain_devices" in capsys.readouterr().out
+    assert (Path(__file__).resolve().parents[1] / "analysis/figures/groups_energy.png").is_file()

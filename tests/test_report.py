@@ -19,6 +19,7 @@ FIGURES = {
     "gantt.png",
     "utilisation.png",
     "staleness.png",
+    "groups_energy.png",
 }
 
 
@@ -76,7 +77,7 @@ def _read(index):
 def test_report_writes_every_figure_and_an_index(store, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["report", str(store), "--out", str(out), "--target", "distance<0.5"]) == 0
-    assert "index.html  (6 figures)" in capsys.readouterr().out
+    assert "index.html  (7 figures)" in capsys.readouterr().out
     page = _read(out / "index.html")
     assert set(page.images) == FIGURES and len(page.images) == len(FIGURES)
     for name in page.images:

@@ -14,12 +14,17 @@ devices' groups) and returns, per compared series and fleet size:
 ``energy``
     where the runs recorded energy: mean time and energy to the report's target and mean
     energy of the whole run (``inf`` when a seed never reached it, as in the time table).
+
+:func:`groups_figure` draws them: each group's share of the aggregated updates beside its
+share of the fleet, one panel per fleet size, and, where the runs recorded energy, every run's
+energy to the target against its time to the target.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +35,7 @@ from simfl.report.choose import Choice
 from simfl.results import Results
 from simfl.sweeps.store import Store
 
-__all__ = ["GroupTables", "group_tables"]
+__all__ = ["GroupTables", "group_tables", "groups_figure"]
 
 _COUNTS = ["selected", "arrived", "late", "dropped", "cancelled"]
 
@@ -42,6 +47,8 @@ class GroupTables:
     participation: pd.DataFrame
     fairness: pd.DataFrame
     energy: pd.DataFrame | None
+    #: Time and energy to target of every run (the rows ``energy`` summarises).
+    energy_runs: pd.DataFrame | None
 
 
 def group_tables(store: Store, chosen: Choice) -> GroupTables:
@@ -57,10 +64,12 @@ def group_tables(store: Store, chosen: Choice) -> GroupTables:
         if res.has_energy:
             energy.append({**keys, **_energy_row(res, chosen)})
     pooled = _pooled(pd.concat(parts, ignore_index=True), by)
+    runs = pd.DataFrame(energy) if energy else None
     return GroupTables(
         pooled,
         _fairness(pd.DataFrame(fair), pooled, by),
-        _energy(pd.DataFrame(energy), by) if energy else None,
+        None if runs is None else _energy(runs, by),
+        runs,
     )
 
 
@@ -114,3 +123,105 @@ def _energy(table: pd.DataFrame, by: str) -> pd.DataFrame:
     out.insert(2, "reached", reached.to_numpy())
     out.insert(3, "runs", grouped.size().to_numpy())
     return out
+
+
+def groups_figure(
+    tables: GroupTables, by: str, target: str, *, colours: dict[str, Any], path: Path
+) -> str:
+    """Draw the participation (and energy) figure; return its caption's text."""
+    import matplotlib.pyplot as plt
+
+    part = tables.participation
+    sizes = sorted(int(n) for n in part["n_devices"].unique())
+    energy = tables.energy_runs
+    panels = len(sizes) + (energy is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(6.0 * panels, 4.4), squeeze=False)
+    for ax, n in zip(axes[0], sizes, strict=False):
+        _shares(ax, part[part["n_devices"] == n], by, colours)
+        ax.set_title(f"{n} devices: who was aggregated")
+    missing = 0
+    if energy is not None:
+        missing = _energy_points(axes[0][-1], energy, by, target, colours, len(sizes) > 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    text = (
+        f"Left: each group's share of the aggregated updates (bars, one per {by}, over all "
+        "seeds) beside its share of the fleet (black lines): a bar below its line means the group "
+        "contributed less than its share of the fleet"
+    )
+    if energy is None:
+        return text + ". The runs declare no energy model."
+    text += (
+        f". Right: energy against time to {target}, one small point per run and a large one "
+        f"per {by} (the means)"
+    )
+    if missing:
+        text += f"; {missing} run(s) that never reached the target are not drawn"
+    return text + "."
+
+
+def _shares(ax: Any, part: pd.DataFrame, by: str, colours: dict[str, Any]) -> None:
+    """Grouped bars of the update share per group and series, ticks at the fleet share."""
+    groups = list(dict.fromkeys(part["group"]))
+    series = list(dict.fromkeys(part[by]))
+    width = 0.8 / max(len(series), 1)
+    x = np.arange(len(groups))
+    for i, name in enumerate(series):
+        own = part[part[by] == name].set_index("group").reindex(groups)
+        ax.bar(
+            x - 0.4 + (i + 0.5) * width,
+            100 * own["update_share"].fillna(0.0).to_numpy(),
+            width,
+            color=colours.get(name),
+            label=str(name),
+        )
+    fleet = part.drop_duplicates("group").set_index("group").reindex(groups)["fleet_share"]
+    ax.hlines(
+        100 * fleet.to_numpy(),
+        x - 0.45,
+        x + 0.45,
+        color="black",
+        lw=2,
+        zorder=3,
+        label="share of the fleet",
+    )
+    ax.set_xticks(x, groups)
+    ax.set(xlabel="group", ylabel="share (%)", ylim=(0, 105))
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(loc="upper right", fontsize="small")
+
+
+def _energy_points(
+    ax: Any, runs: pd.DataFrame, by: str, target: str, colours: dict[str, Any], sizes: bool
+) -> int:
+    """Energy against time to target, per run and per series mean; the runs not drawn."""
+    finite = runs[np.isfinite(runs["energy_to_target"]) & np.isfinite(runs["time_to_target"])]
+    for (name, n), own in finite.groupby([by, "n_devices"], sort=False):
+        colour = colours.get(name)
+        label = f"{name} ({n} devices)" if sizes else str(name)
+        ax.scatter(own["time_to_target"], own["energy_to_target"], s=14, alpha=0.45, color=colour)
+        ax.scatter(
+            own["time_to_target"].mean(),
+            own["energy_to_target"].mean(),
+            s=110,
+            color=colour,
+            edgecolor="black",
+            label=label,
+            zorder=3,
+        )
+    ax.set(
+        xlabel=f"simulated time to {target} (s)",
+        ylabel=f"energy to {target} (J)",
+        title="Energy and time to the target",
+    )
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if not finite.empty:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(
+            0.5, 0.5, "no run reached the target", ha="center", va="center", transform=ax.transAxes
+        )
+    return len(runs) - len(finite)

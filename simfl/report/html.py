@@ -16,7 +16,7 @@ import pandas as pd
 
 from simfl.report import figures
 from simfl.report.choose import Choice, Target, choose, speedups, target_table
-from simfl.report.groups import GroupTables, group_tables
+from simfl.report.groups import GroupTables, group_tables, groups_figure
 from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
@@ -146,7 +146,11 @@ def write_report(
     shown += _job_figures(store, chosen, colours, folder)
     table = _time_to_target(chosen, speed)
     table.to_csv(folder / "time_to_target.csv", index=False)
-    sections = _group_sections(chosen, _write_group_tables(group_tables(store, chosen), folder))
+    tables = _write_group_tables(group_tables(store, chosen), folder)
+    caption = groups_figure(
+        tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
+    )
+    sections = _group_sections(chosen, tables, html.escape(caption))
     index = folder / "index.html"
     index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
     return index
@@ -252,8 +256,11 @@ def _write_group_tables(tables: GroupTables, folder: Path) -> GroupTables:
     return tables
 
 
-def _group_sections(chosen: Choice, tables: GroupTables) -> list[str]:
-    """The page's sections on who took part (per group, fairness) and on energy."""
+def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[str]:
+    """The page's sections on who took part (per group, fairness) and on energy.
+
+    ``caption`` is the (escaped) caption of ``groups_energy.png``, shown after the tables.
+    """
     by, tgt = chosen.by, html.escape(chosen.target_text)
     part = tables.participation
     shown = pd.DataFrame(
@@ -311,6 +318,10 @@ def _group_sections(chosen: Choice, tables: GroupTables) -> list[str]:
             "(also in <code>energy_to_target.csv</code>).</p>",
             _html_table(energy),
         ]
+    lines.append(
+        "<figure><img src='groups_energy.png' alt='groups_energy.png'>"
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
     return lines
 
 
