@@ -33,6 +33,8 @@ __all__ = [
     "by_columns",
     "check_one_run",
     "collect",
+    "energy_targets",
+    "energy_to_target",
     "speedup",
     "summarize_targets",
     "targets",
@@ -476,3 +478,82 @@ def _ratio_ci(
     with np.errstate(invalid="ignore", divide="ignore"):
         lo, hi = np.quantile(b / a, [(1 - ci) / 2, (1 + ci) / 2], method="inverted_cdf")
     return ratio, float(lo), float(hi)
+
+
+def _rounds_with_energy(res: Results) -> pd.DataFrame:
+    """The rounds with the initial row and a column ``energy``: joules spent by each."""
+    df = _rounds_with_start(res)
+    spent = res.cumulative_energy().to_numpy()
+    if len(df) > len(spent):  # the initial row, at time 0: nothing spent yet
+        spent = np.concatenate([[0.0], spent])
+    return df.assign(energy=spent)
+
+
+def energy_to_target(
+    results: Results,
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+) -> float:
+    """Joules the fleet spent until ``metric`` first reaches the target (``inf`` if never).
+
+    The energy of every job that ended by the aggregation reaching the target (see
+    :meth:`simfl.Results.cumulative_energy`): for synchronous policies, every round up to it,
+    idle waits included; 0 if the initial model already meets the target.
+
+    Raises
+    ------
+    ValueError
+        If the run recorded no energy (its fleet declared no energy model), or ``metric`` is
+        not one of its columns.
+    """
+    df = _rounds_with_energy(results)
+    return time_to_target(df, metric, below=below, above=above, column="energy")
+
+
+def energy_targets(
+    runs: Mapping[str, Iterable[Results]] | Iterable[Results],
+    metric: str,
+    *,
+    below: float | None = None,
+    above: float | None = None,
+) -> pd.DataFrame:
+    """Time and energy to target of every run, one row each.
+
+    Parameters
+    ----------
+    runs
+        ``{label: [Results, ...]}`` or an iterable of Results (labelled by scenario name), as
+        for :func:`collect`; every run must have recorded energy.
+    metric, below, above
+        The target, as for :func:`time_to_target`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``label``, ``seed``, ``time_to_target`` (s), ``energy_to_target`` (J; ``inf`` when the
+        target is never reached) and ``energy`` (J spent by the whole run).
+    """
+    items: list[tuple[str, Results]]
+    if isinstance(runs, Mapping):
+        items = [(str(k), r) for k, group in runs.items() for r in group]
+    else:
+        items = [(str(r.meta.get("scenario", "run")), r) for r in runs]
+    if not items:
+        raise ValueError("energy_targets needs at least one Results")
+    rows = []
+    for label, res in items:
+        df = _rounds_with_energy(res)
+        rows.append(
+            {
+                "label": label,
+                "seed": res.meta.get("seed", 0),
+                "time_to_target": time_to_target(df, metric, below=below, above=above),
+                "energy_to_target": time_to_target(
+                    df, metric, below=below, above=above, column="energy"
+                ),
+                "energy": float(res.clients["energy"].sum()),
+            }
+        )
+    return pd.DataFrame(rows)

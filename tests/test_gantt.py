@@ -37,7 +37,8 @@ def tiered():
 
 
 def _rows(ax) -> list[str]:
-    return [t.get_text() for t in ax.get_yticklabels()]
+    """The device ids drawn (row labels read "id" or "id (group)" when groups are recorded)."""
+    return [t.get_text().split(" ")[0] for t in ax.get_yticklabels()]
 
 
 def _bars(ax, colour=None) -> list[tuple[float, float, float]]:
@@ -122,7 +123,7 @@ def test_tiers_sample_every_group(tiered):
     groups = {"names": ["fast", "slow"], "runs": [[0, 60], [1, 10]]}
     labelled = Results(tiered.rounds, tiered.clients, {**tiered.meta, "groups": groups})
     ax = plots.gantt(labelled, devices="tiers", max_devices=8)
-    rows = _rows(ax)
+    rows = [t.get_text() for t in ax.get_yticklabels()]  # "id (group)"
     assert len(rows) == 8
     assert sum(r.endswith("(fast)") for r in rows) == sum(r.endswith("(slow)") for r in rows) == 4
     # each tier's sample runs from its fastest to its slowest device

@@ -19,6 +19,7 @@ FIGURES = {
     "gantt.png",
     "utilisation.png",
     "staleness.png",
+    "groups_energy.png",
 }
 
 
@@ -76,7 +77,7 @@ def _read(index):
 def test_report_writes_every_figure_and_an_index(store, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["report", str(store), "--out", str(out), "--target", "distance<0.5"]) == 0
-    assert "index.html  (6 figures)" in capsys.readouterr().out
+    assert "index.html  (7 figures)" in capsys.readouterr().out
     page = _read(out / "index.html")
     assert set(page.images) == FIGURES and len(page.images) == len(FIGURES)
     for name in page.images:
@@ -85,7 +86,11 @@ def test_report_writes_every_figure_and_an_index(store, tmp_path, capsys):
         height, width = matplotlib.image.imread(out / name).shape[:2]
         assert width >= 600 and height >= 300, name
     assert all(len(c) > 60 for c in page.captions)
-    assert page.tables == 3  # time to target, failed runs, runs
+    # time to target, who took part (per group, fairness), failed runs, runs; no energy here
+    assert page.tables == 5
+    assert "<h2>Who took part</h2>" in (out / "index.html").read_text()
+    assert (out / "participation.csv").is_file() and (out / "fairness.csv").is_file()
+    assert not (out / "energy_to_target.csv").exists()
     text = (out / "index.html").read_text()
     assert "distance ≤ 0.5" in text and "mean time (s) [95% CI]" in text
     assert "broken on purpose" in text and "speedup over &#x27;deadline&#x27;" in text

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 FIGURES = [
+    "groups_energy.png",  # in the "who took part" section, after the time-to-target table
     "metric_vs_rounds.png",
     "metric_vs_time.png",
     "speedup.png",
@@ -135,9 +136,11 @@ def test_every_image_loads_and_every_caption_and_table_is_there(report, tmp_path
     assert "late or dropped" in gantt or "no job was late or dropped" in gantt
 
     tables = seen["tables"]
-    assert len(tables) == 3  # time to target, failed runs, runs
-    target, failed, runs = tables
+    # time to target, participation per group, fairness, failed runs, runs
+    assert len(tables) == 5
+    target, participation, fairness, failed, runs = tables
     assert target["rows"] == 1 + 4 and target["columns"] >= 8  # 2 policies x 2 fleet sizes
+    assert participation["rows"] >= 1 + 4 and fairness["rows"] == 1 + 4
     assert failed["rows"] == 1 + 1 and "Failed runs" in failed["after"]
     assert runs["rows"] == 1 + 9 and "Runs" in runs["after"]
 

@@ -8,15 +8,25 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_choice, check_int
+from simfl.algorithms.base import ClientMetrics
 from simfl.rng import Streams
 from simfl.tasks.base import Task
-from simfl.tasks.linear import LinearTask, ridge_solve
+from simfl.tasks.linear import LinearModel, LinearTask, ridge_solve
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 INITS = ("mom", "random")
 _CHUNK = 2048
+
+
+def per_client(data: Any, model: LinearModel) -> ClientMetrics | None:
+    """Each evaluated client's metrics under ``model``, where the task data has them."""
+    evaluate_clients = getattr(data, "evaluate_clients", None)
+    if evaluate_clients is None:
+        return None
+    out: ClientMetrics = evaluate_clients(model)
+    return out
 
 
 def check_linear_task(owner: str, task: Task | None) -> None:

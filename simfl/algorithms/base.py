@@ -27,6 +27,9 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
     bound task data; default: the state unchanged
 ``evaluate(state, data) -> dict[str, float]``
     the metrics of the task for the current state
+``evaluate_clients(state, data) -> (clients, {metric: values}) | None``
+    the metrics of each evaluated client, where the task evaluates per client (called once, for
+    the final state, for per-group results); default ``None``: not per client
 ``shared(state) -> dict[str, NDArray]``
     the server-side parameters clients update, by name (for asynchronous mixing)
 ``with_shared(state, shared) -> state``
@@ -62,9 +65,11 @@ from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
-__all__ = ["Algorithm", "Updates"]
+__all__ = ["Algorithm", "ClientMetrics", "Updates"]
 
 StateT = TypeVar("StateT")
+#: The evaluated clients and, per metric, each one's value (aligned with the clients).
+ClientMetrics = tuple[NDArray[np.int64], dict[str, NDArray[np.float64]]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,6 +233,16 @@ class Algorithm(ABC, Generic[StateT]):
     @abstractmethod
     def evaluate(self, state: StateT, data: Any) -> dict[str, float]:
         """The task's metrics for ``state`` (keys are the task's ``metrics``)."""
+
+    def evaluate_clients(self, state: StateT, data: Any) -> ClientMetrics | None:
+        """The metrics of each evaluated client for ``state``, where the task has them.
+
+        Returns the evaluated clients and, for each metric measured per client (a subset of
+        the task's ``metrics``), their values; ``None`` (the default) where the algorithm or
+        the task does not evaluate per client. The engine calls it once, for the final state,
+        so that results can be read per group of devices.
+        """
+        return None
 
     def shared(self, state: StateT) -> dict[str, NDArray[Any]]:
         """The server-side parameters that clients update, by the names used in their updates.

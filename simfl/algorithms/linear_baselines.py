@@ -44,9 +44,10 @@ from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
     initial_representation,
+    per_client,
     solve_heads,
 )
-from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.network import Payload, nbytes
 from simfl.outcome import Outcome
 from simfl.rng import Streams
@@ -162,9 +163,15 @@ class GDGD(Algorithm[GDGDState]):
 
     def evaluate(self, state: GDGDState, data: Any) -> dict[str, float]:
         """Metrics with each evaluated client's own learned head."""
-        model = LinearModel(state.representation, state.heads[data.eval_clients])
-        metrics: dict[str, float] = data.evaluate(model)
+        metrics: dict[str, float] = data.evaluate(self._model(state, data))
         return metrics
+
+    def evaluate_clients(self, state: GDGDState, data: Any) -> ClientMetrics | None:
+        """Each evaluated client's ``test_mse`` with its own learned head."""
+        return per_client(data, self._model(state, data))
+
+    def _model(self, state: GDGDState, data: Any) -> LinearModel:
+        return LinearModel(state.representation, state.heads[data.eval_clients])
 
 
 @dataclass(frozen=True)
@@ -241,6 +248,14 @@ class LocalOnly(Algorithm[LocalOnlyState]):
 
     def evaluate(self, state: LocalOnlyState, data: Any) -> dict[str, float]:
         """Test MSE of each evaluated client's own ridge model (no ``distance``)."""
+        metrics: dict[str, float] = data.evaluate(self._model(state, data))
+        return metrics
+
+    def evaluate_clients(self, state: LocalOnlyState, data: Any) -> ClientMetrics | None:
+        """Each evaluated client's ``test_mse`` with its own ridge model."""
+        return per_client(data, self._model(state, data))
+
+    def _model(self, state: LocalOnlyState, data: Any) -> LinearModel:
         x, y = data.fit_batch()
         xt = x.transpose(0, 2, 1)
         gram = xt @ x
@@ -253,5 +268,4 @@ class LocalOnly(Algorithm[LocalOnlyState]):
             moment[known] += state.moment[ev[known]]
         gram = gram + self.ridge * np.eye(data.d)
         u = np.linalg.solve(gram, moment[:, :, None])[:, :, 0]
-        metrics: dict[str, float] = data.evaluate(LinearModel(None, u))
-        return metrics
+        return LinearModel(None, u)

@@ -36,9 +36,10 @@ from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
     initial_representation,
+    per_client,
     solve_heads,
 )
-from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.algorithms.fednova import fednova, local_steps_done
 from simfl.network import Payload, nbytes
 from simfl.outcome import Outcome
@@ -183,12 +184,20 @@ class FedAvg(Algorithm[FedAvgState]):
     def with_shared(self, state: FedAvgState, shared: dict[str, Array]) -> FedAvgState:  # noqa: D102
         return FedAvgState(shared["representation"], shared["head"])
 
-    def evaluate(self, state: FedAvgState, data: Any) -> dict[str, float]:
-        """Metrics of the shared model (or of ``B`` with refitted heads, see above)."""
+    def evaluated_model(self, state: FedAvgState, data: Any) -> LinearModel:
+        """The model evaluated: the shared one, or ``B`` with refitted heads (see above)."""
         if self.evaluate_heads == "refit":
             x, y = data.fit_batch()
             heads = solve_heads(x, y, state.representation, 1e-5)
         else:
             heads = np.broadcast_to(state.head, (data.eval_clients.size, state.head.size))
-        metrics: dict[str, float] = data.evaluate(LinearModel(state.representation, heads))
+        return LinearModel(state.representation, heads)
+
+    def evaluate(self, state: FedAvgState, data: Any) -> dict[str, float]:
+        """Metrics of the shared model (or of ``B`` with refitted heads, see above)."""
+        metrics: dict[str, float] = data.evaluate(self.evaluated_model(state, data))
         return metrics
+
+    def evaluate_clients(self, state: FedAvgState, data: Any) -> ClientMetrics | None:
+        """Each evaluated client's ``test_mse`` under :meth:`evaluated_model`."""
+        return per_client(data, self.evaluated_model(state, data))

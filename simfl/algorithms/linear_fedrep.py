@@ -45,9 +45,10 @@ from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
     initial_representation,
+    per_client,
     solve_heads,
 )
-from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.algorithms.fednova import fednova, local_steps_done
 from simfl.network import Payload, nbytes
 from simfl.outcome import Outcome
@@ -195,3 +196,7 @@ class FedRep(Algorithm[FedRepState]):
     def evaluate(self, state: FedRepState, data: Any) -> dict[str, float]:  # noqa: D102
         metrics: dict[str, float] = data.evaluate(self.personalize(state, data))
         return metrics
+
+    def evaluate_clients(self, state: FedRepState, data: Any) -> ClientMetrics | None:
+        """Each evaluated client's ``test_mse`` with its personalised head."""
+        return per_client(data, self.personalize(state, data))

@@ -29,6 +29,7 @@ from simfl.engine.sync import SyncLoop
 from simfl.engine.tiered import TieredLoop
 from simfl.policies.base import AsyncPolicy, SyncPolicy, TieredPolicy
 from simfl.results import Results
+from simfl.results.groups import encode_groups
 from simfl.scenario import Scenario
 
 __all__ = ["run", "simfl_version"]
@@ -98,6 +99,7 @@ def run(
         status = "error"
     elif ctx.stop_reason == "diverged":
         status = "diverged"
+    client_metrics, client_metrics_error = ctx.client_metrics()
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "scenario_repr": repr(scenario),
@@ -106,6 +108,7 @@ def run(
         "algorithm": scenario.algorithm.name,
         "policy": scenario.policy.name,
         "metrics": list(ctx.metrics),
+        "goals": ctx.goals,
         "initial_metrics": ctx.initial_metrics,
         "lazy": lazy,
         "batched": batched,
@@ -115,7 +118,12 @@ def run(
         "sim_time": float(ctx.env.now),
         "host_seconds": time.perf_counter() - started,
         "simfl_version": simfl_version(),
+        "groups": encode_groups(*scenario.fleet.device_groups()),
     }
+    if client_metrics is not None:
+        meta["client_metrics"] = client_metrics
+    if client_metrics_error is not None:
+        meta["client_metrics_error"] = client_metrics_error
     return ctx.recorder.results(meta, ctx.state)
 
 

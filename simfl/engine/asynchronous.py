@@ -143,6 +143,7 @@ class AsyncLoop:
             round=np.array([j.version for j in jobs], dtype=np.int64),
             stage=0,
             staleness=np.array([j.staleness for j in jobs]),
+            waits=False,
         )
 
     # ----------------------------------------------------------------- aggregation

@@ -38,8 +38,9 @@ from simfl.engine.links import FlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.playback import Live, Planned, Playback
 from simfl.fleet import AvailabilityCursor
+from simfl.fleet.energy import job_energy
 from simfl.network import transfer_seconds
-from simfl.outcome import ARRIVED
+from simfl.outcome import ARRIVED, DROPPED
 from simfl.results import Recorder
 from simfl.rng import Streams
 from simfl.scenario import Scenario
@@ -82,7 +83,7 @@ class RunContext:
         task = scenario.task
         self.metrics: tuple[str, ...] = task.metrics if task is not None else ()
         self.goals: dict[str, str] = dict(task.goals) if task is not None else {}
-        self.recorder = Recorder(self.metrics)
+        self.recorder = Recorder(self.metrics, energy=scenario.fleet.energy is not None)
         #: Number of aggregations so far (the index of the next one).
         self.round = 0
         self.stop_reason: str | None = None
@@ -175,14 +176,23 @@ class RunContext:
         round: int | NDArray[np.int64],
         stage: int,
         staleness: NDArray[np.float64] | None = None,
+        waits: bool = True,
     ) -> tuple[float, float]:
-        """Append the rows of the jobs of ``plan``; return the bytes they moved down and up."""
+        """Append the rows of the jobs of ``plan``; return the bytes they moved down and up.
+
+        ``waits``: whether the jobs' devices wait, after their job, for the aggregation
+        happening now (synchronous rounds); it sets their idle energy
+        (:mod:`simfl.fleet.energy`) when the fleet declares an energy model.
+        """
         n = plan.size
         down, comp, up, b_down, b_up = self.playback.split(plan, status, t_end)
         if staleness is None:
             staleness = np.where(status == ARRIVED, 0.0, np.nan)
         rounds = np.asarray(round, dtype=np.int64)
         starts = np.asarray(plan.t_start, dtype=np.float64)
+        energy = {}
+        if self.fleet.energy is not None:
+            energy = self._job_energy(plan, status, t_end, comp, b_down, b_up, waits)
         self.recorder.add_jobs(
             {
                 "round": np.full(n, rounds) if rounds.ndim == 0 else rounds,
@@ -198,9 +208,37 @@ class RunContext:
                 "bytes_down": b_down,
                 "bytes_up": b_up,
                 "staleness": staleness,
+                **energy,
             }
         )
         return float(b_down.sum()), float(b_up.sum())
+
+    def _job_energy(
+        self,
+        plan: JobPlan,
+        status: NDArray[np.int8],
+        t_end: NDArray[np.float64],
+        compute: NDArray[np.float64],
+        b_down: NDArray[np.float64],
+        b_up: NDArray[np.float64],
+        waits: bool,
+    ) -> dict[str, NDArray[np.float64]]:
+        """The energy columns of the jobs of ``plan`` (see :mod:`simfl.fleet.energy`)."""
+        assert self.fleet.energy is not None
+        arrived = status == ARRIVED
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(plan.compute > 0, np.clip(compute / plan.compute, 0.0, 1.0), 0.0)
+        share = np.where(arrived, 1.0, share)  # an arrived job did all its work
+        idle = np.zeros(plan.size)
+        if waits:
+            idle = np.where(status == DROPPED, 0.0, np.maximum(self.env.now - t_end, 0.0))
+        return job_energy(
+            self.fleet.energy[plan.devices],
+            work_done=plan.work * share,
+            bytes_down=b_down,
+            bytes_up=b_up,
+            idle_seconds=idle,
+        )
 
     # ----------------------------------------------------------------- math
     def updates(
@@ -358,6 +396,31 @@ class RunContext:
                 {"t": f"{self.env.now:.4g}s", **{k: f"{v:.3g}" for k, v in metrics.items()}},
                 refresh=False,
             )
+
+    def client_metrics(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The final state's metrics per evaluated client (``meta["client_metrics"]``).
+
+        Returns them (``None`` where the algorithm does not evaluate per client, the run has no
+        task, or it failed) and the traceback of an exception raised while computing them
+        (with ``on_error="record"``; it does not change the run's status: the run itself is
+        complete).
+        """
+        if not self.metrics or self.error is not None:
+            return None, None
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                found = self.algorithm.evaluate_clients(self.state, self.data)
+        except Exception:
+            if self.on_error == "raise":
+                raise
+            return None, traceback.format_exc()
+        if found is None:
+            return None, None
+        clients, values = found
+        return {
+            "clients": np.asarray(clients, dtype=np.int64).tolist(),
+            "metrics": {k: np.asarray(v, dtype=np.float64).tolist() for k, v in values.items()},
+        }, None
 
     def finish(self) -> None:
         """Evaluate the final state if it was not (after the loop recorded what was in flight)."""

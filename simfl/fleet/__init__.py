@@ -1,6 +1,8 @@
 """Devices: their compute and link profiles, when they are online, and traces to build them from.
 
 * :mod:`simfl.fleet.devices`: :class:`Fleet` (one row per device) and :class:`Profile`;
+* :mod:`simfl.fleet.energy`: :class:`Energy`, what a device spends per unit of work, per byte
+  and while it waits, and the energy of each job;
 * :mod:`simfl.fleet.availability`: :class:`Availability` (per-device on/off intervals) and the
   engine's :class:`AvailabilityCursor` over them;
 * :mod:`simfl.fleet.traces`: FedScale device traces imported into a fleet.
@@ -8,6 +10,7 @@
 
 from simfl.fleet.availability import Availability, AvailabilityCursor
 from simfl.fleet.devices import Fleet, Profile
+from simfl.fleet.energy import Energy
 from simfl.fleet.traces import (
     fleet_from_fedscale,
     load_pickle,
@@ -19,6 +22,7 @@ from simfl.fleet.traces import (
 __all__ = [
     "Availability",
     "AvailabilityCursor",
+    "Energy",
     "Fleet",
     "Profile",
     "fleet_from_fedscale",

@@ -16,6 +16,16 @@ A fleet may carry an :class:`~simfl.fleet.Availability` (when each device is onl
 and an ``offline`` mode saying whether a job whose device goes offline is aborted (``"abort"``,
 recorded ``dropped``) or paused until the device is back (``"pause"``); see
 :meth:`Fleet.with_availability`.
+
+Two optional columns serve the analysis and never change what is simulated:
+
+* each device's **group label** (:meth:`Fleet.device_groups`): by default the name of its tier or
+  profile (``Profile.name``; ``"g0"``, ``"g1"``, ... when unnamed), or any labels given with
+  :meth:`Fleet.with_groups`. Runs store it so that results can be read per group
+  (``Results.participation``);
+* its **energy model** (:class:`~simfl.fleet.energy.Energy`, :meth:`Fleet.with_energy` or
+  ``Profile(energy=...)``): runs of a fleet that declares one record each job's energy.
+
 Draws are keyed by the device index (see :mod:`simfl.rng`), so appending devices never changes
 the draws of the devices already there.
 
@@ -39,6 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 from simfl._checks import MAX_DEVICES, check_array, check_choice, check_int, check_real, check_str
 from simfl.dists import MAX_DRAW, Dist
 from simfl.fleet.availability import Availability
+from simfl.fleet.energy import ENERGY_FIELDS, Energy, EnergySpec, energy_table
 from simfl.rng import Streams
 
 __all__ = ["OFFLINE_MODES", "REDRAW_MODES", "Fleet", "Profile"]
@@ -65,7 +76,11 @@ class Profile:
         Failure hazard per busy second (>= 0): a job of length L survives with probability
         ``exp(-dropout_rate * L)``.
     name
-        Label of the tier, shown in :meth:`Fleet.table`.
+        Label of the tier: its devices' group (:meth:`Fleet.device_groups`), shown in
+        :meth:`Fleet.table` and in per-group results.
+    energy
+        What a device of this kind spends (``None``: no energy model); see
+        :class:`~simfl.fleet.energy.Energy`.
     """
 
     compute: Dist
@@ -74,8 +89,13 @@ class Profile:
     latency: float = 0.0
     dropout_rate: float = 0.0
     name: str = ""
+    energy: Energy | None = None
 
     def __post_init__(self) -> None:
+        if self.energy is not None and not isinstance(self.energy, Energy):
+            raise ValueError(f"Profile.energy must be a simfl Energy or None, got {self.energy!r}")
+        if not isinstance(self.name, str):
+            raise ValueError(f"Profile.name must be a string, got {self.name!r}")
         if not isinstance(self.compute, Dist):
             raise ValueError(
                 f"Profile.compute must be a simfl.dists distribution, got {self.compute!r}"
@@ -213,6 +233,44 @@ def _check_group_names(group_names: Sequence[str] | None, n_dists: int) -> tuple
     return names
 
 
+def _check_labels(
+    groups: Sequence[str] | NDArray[np.object_] | None, n: int
+) -> tuple[tuple[str, ...], NDArray[np.int64]] | None:
+    """Group labels of ``n`` devices as (names in order of first appearance, device indices)."""
+    if groups is None:
+        return None
+    if isinstance(groups, str) or not isinstance(groups, (Sequence, np.ndarray)):
+        raise ValueError(
+            f"Fleet groups must be a sequence of {n} strings (one group label per device), "
+            f"got {groups!r}"
+        )
+    labels = np.asarray(groups, dtype=object)
+    if labels.ndim != 1 or labels.size != n:
+        raise ValueError(
+            f"Fleet groups must hold one label per device ({n}), got {labels.size} "
+            f"(shape {labels.shape})"
+        )
+    for i, label in enumerate(labels):
+        if not isinstance(label, str) or not label:
+            raise ValueError(
+                f"Fleet groups must be non-empty strings, got {label!r} for device {i}"
+            )
+    return _factorize(labels)
+
+
+def _factorize(labels: NDArray[np.object_]) -> tuple[tuple[str, ...], NDArray[np.int64]]:
+    """Distinct labels in order of first appearance, and each device's index into them."""
+    index, names = pd.factorize(labels, sort=False)
+    out = np.asarray(index, dtype=np.int64)
+    out.setflags(write=False)
+    return tuple(str(x) for x in names), out
+
+
+def _check_energy(energy: EnergySpec | None, n: int) -> NDArray[np.float64] | None:
+    """The per-device energy table (``n`` x :data:`ENERGY_FIELDS`), or ``None``."""
+    return None if energy is None else energy_table(energy, n, "Fleet.energy")
+
+
 def _check_availability(availability: Availability | None, n: int) -> Availability | None:
     """The fleet's availability, which must cover its ``n`` devices (or ``None``)."""
     if availability is None:
@@ -254,6 +312,15 @@ class Fleet:
     seed
         Seed of the fleet's own randomness (scales drawn from a distribution, mixtures), so the
         same fleet can be reused under different scenario seeds.
+    availability, offline
+        When devices are online, and what happens to a job whose device goes offline; see
+        :meth:`with_availability`.
+    groups
+        One group label per device, for per-group results (default: each device's
+        ``group_names`` entry); see :meth:`with_groups`.
+    energy
+        The devices' energy model: one :class:`~simfl.fleet.energy.Energy` for all, one per
+        device, or their ``(size, 4)`` table (default ``None``: none); see :meth:`with_energy`.
     """
 
     dists: tuple[Dist, ...]
@@ -268,6 +335,12 @@ class Fleet:
     seed: int
     availability: Availability | None
     offline: str
+    #: Group labels given with :meth:`with_groups`: the names and each device's index into
+    #: them (``None``: the groups are ``group_names``; see :meth:`device_groups`).
+    labels: tuple[tuple[str, ...], NDArray[np.int64]] | None
+    #: Per-device energy model, shape ``(size, 4)`` in the order of
+    #: :data:`~simfl.fleet.energy.ENERGY_FIELDS` (``None``: no energy model).
+    energy: NDArray[np.float64] | None
 
     def __init__(
         self,
@@ -284,6 +357,8 @@ class Fleet:
         seed: int = 0,
         availability: Availability | None = None,
         offline: str = "abort",
+        groups: Sequence[str] | NDArray[np.object_] | None = None,
+        energy: EnergySpec | None = None,
     ) -> None:
         dists = _check_dists(compute)
         g = _check_group(group, len(dists))
@@ -302,6 +377,8 @@ class Fleet:
             "seed": seed,
             "availability": _check_availability(availability, n),
             "offline": check_choice("Fleet.offline", offline, OFFLINE_MODES),
+            "labels": _check_labels(groups, n),
+            "energy": _check_energy(energy, n),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -413,6 +490,9 @@ class Fleet:
         def column(name: str) -> NDArray[np.float64]:
             return np.array([getattr(p, name) for p in profiles])[group]
 
+        energy = None
+        if any(p.energy is not None for p in profiles):
+            energy = np.array([(p.energy or Energy()).row() for p in profiles])[group]
         return cls(
             [p.compute for p in profiles],
             group,
@@ -423,6 +503,7 @@ class Fleet:
             redraw=redraw,
             group_names=[p.name or f"g{i}" for i, p in enumerate(profiles)],
             seed=seed,
+            energy=energy,
         )
 
     # ----------------------------------------------------------------- derived fleets
@@ -442,6 +523,49 @@ class Fleet:
         """The same devices with new compute-time multipliers (array, number or distribution)."""
         return self._replace(scale=scale, seed=self.seed if seed is None else seed)
 
+    def with_groups(self, groups: Sequence[str] | NDArray[np.object_] | None) -> Fleet:
+        """The same devices with group labels for per-group results (nothing simulated changes).
+
+        Parameters
+        ----------
+        groups
+            One non-empty string per device (e.g. ``["phone"] * 80 + ["laptop"] * 20``);
+            ``None`` restores the default, each device's ``group_names`` entry (its tier).
+
+        Raises
+        ------
+        ValueError
+            If ``groups`` does not hold one string per device.
+
+        Examples
+        --------
+        >>> from simfl.dists import Exponential
+        >>> fleet = Fleet.homogeneous(4, Exponential(1.0)).with_groups(["a", "b", "a", "a"])
+        >>> fleet.device_groups()[0]
+        ('a', 'b')
+        """
+        return self._replace(groups=groups)
+
+    def with_energy(self, energy: EnergySpec | None) -> Fleet:
+        """The same devices with an energy model: every job of a run records its energy.
+
+        Parameters
+        ----------
+        energy
+            One :class:`~simfl.fleet.energy.Energy` for every device, one per device, their
+            ``(size, 4)`` table (columns :data:`~simfl.fleet.energy.ENERGY_FIELDS`), or
+            ``None`` (no energy model).
+
+        Examples
+        --------
+        >>> from simfl.dists import Exponential
+        >>> from simfl.fleet import Energy
+        >>> fleet = Fleet.homogeneous(3, Exponential(1.0)).with_energy(Energy(per_work=2.0))
+        >>> fleet.table()["per_work"].tolist()
+        [2.0, 2.0, 2.0]
+        """
+        return self._replace(energy=energy)
+
     def _replace(self, **changes: object) -> Fleet:
         kw: dict[str, object] = {c: getattr(self, c) for c in _DEVICE_COLUMNS}
         kw.update(
@@ -450,6 +574,8 @@ class Fleet:
             seed=self.seed,
             availability=self.availability,
             offline=self.offline,
+            groups=None if self.labels is None else self.group_labels(),
+            energy=self.energy,
         )
         kw.update(changes)
         return Fleet(self.dists, self.group, **kw)  # type: ignore[arg-type]
@@ -476,6 +602,12 @@ class Fleet:
             availability = (self.availability or Availability.always(self.size)) + (
                 other.availability or Availability.always(other.size)
             )
+        groups = None
+        if self.labels is not None or other.labels is not None:
+            groups = np.concatenate([self.group_labels(), other.group_labels()])
+        energy = None
+        if self.energy is not None or other.energy is not None:
+            energy = np.concatenate([self._energy_or_zeros(), other._energy_or_zeros()])
         return Fleet(
             self.dists + other.dists,
             np.concatenate([self.group, other.group + len(self.dists)]),
@@ -484,6 +616,8 @@ class Fleet:
             seed=self.seed,
             availability=availability,
             offline=self.offline,
+            groups=groups,
+            energy=energy,
             **columns,
         )
 
@@ -501,6 +635,27 @@ class Fleet:
         """Mean compute seconds per unit of work of every device."""
         means = np.array([d.mean for d in self.dists])
         return np.asarray(means[self.group] * self.scale, dtype=np.float64)
+
+    def device_groups(self) -> tuple[tuple[str, ...], NDArray[np.int64]]:
+        """The devices' group labels: the names (in order of first appearance) and each index.
+
+        The labels given with :meth:`with_groups`, else each device's ``group_names`` entry
+        (its tier's ``Profile.name``; devices of equally named tiers share a group).
+        """
+        if self.labels is not None:
+            return self.labels
+        return _factorize(np.array(self.group_names, dtype=object)[self.group])
+
+    def group_labels(self) -> NDArray[np.object_]:
+        """The group label of every device (see :meth:`device_groups`)."""
+        names, index = self.device_groups()
+        return np.array(names, dtype=object)[index]
+
+    def _energy_or_zeros(self) -> NDArray[np.float64]:
+        """The energy table, zeros without an energy model."""
+        if self.energy is None:
+            return np.zeros((self.size, len(ENERGY_FIELDS)))
+        return self.energy
 
     def compute_draws(
         self, devices: NDArray[np.int64], *, round: int, stage: int, streams: Streams
@@ -524,7 +679,7 @@ class Fleet:
         return pd.DataFrame(
             {
                 "device": np.arange(self.size),
-                "group": np.array(self.group_names, dtype=object)[self.group],
+                "group": self.group_labels(),
                 "compute": np.array([repr(d) for d in self.dists], dtype=object)[self.group],
                 "scale": self.scale,
                 "mean_compute": self.mean_compute,
@@ -532,6 +687,11 @@ class Fleet:
                 "bandwidth_up": self.bandwidth_up,
                 "latency": self.latency,
                 "dropout_rate": self.dropout_rate,
+                **(
+                    {}
+                    if self.energy is None
+                    else {f: self.energy[:, i] for i, f in enumerate(ENERGY_FIELDS)}
+                ),
             }
         )
 
@@ -545,4 +705,8 @@ class Fleet:
             if self.availability is None
             else f"; {self.availability!r}, offline={self.offline!r}"
         )
+        if self.labels is not None:
+            extra += f"; {len(self.labels[0])} labelled groups"
+        if self.energy is not None:
+            extra += "; energy model"
         return f"Fleet({self.size} devices; {groups}; redraw={self.redraw!r}{extra})"

@@ -38,7 +38,7 @@ cohort agrees to floating-point rounding (batched matrix products may block diff
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.network import Payload
 from simfl.neural.models import Net, Params
 from simfl.neural.task import ClientImages, ImageClassification
@@ -256,8 +256,28 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
 
     def evaluate(self, state: NeuralState, data: ClientImages) -> dict[str, float]:
         """Average local test accuracy and loss of the evaluated clients (test-size weighted)."""
-        net = state.network
         correct = loss = count = 0.0
+        for hits, losses, samples in self._scores(state, data):
+            correct += float(hits.sum())
+            loss += float(losses.sum())
+            count += float(samples.sum())
+        return {"accuracy": correct / max(count, 1.0), "loss": loss / max(count, 1.0)}
+
+    def evaluate_clients(self, state: NeuralState, data: ClientImages) -> ClientMetrics | None:
+        """Each evaluated client's test ``accuracy`` and mean ``loss`` (NaN without samples)."""
+        parts = list(self._scores(state, data))
+        hits = np.concatenate([p[0] for p in parts])
+        losses = np.concatenate([p[1] for p in parts])
+        samples = np.concatenate([p[2] for p in parts]).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            metrics = {"accuracy": hits / samples, "loss": losses / samples}
+        return data.eval_clients, metrics
+
+    def _scores(
+        self, state: NeuralState, data: ClientImages
+    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]]:
+        """Per chunk of evaluated clients: each one's correct predictions, loss sum, samples."""
+        net = state.network
         clients = data.eval_clients
         for i in range(0, clients.size, EVAL_CHUNK):
             chunk = clients[i : i + EVAL_CHUNK]
@@ -283,10 +303,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
                 )
             index = data.test_index(chunk)
             hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)
-            correct += float(hits.sum())
-            loss += float(losses.sum())
-            count += float((index >= 0).sum())
-        return {"accuracy": correct / max(count, 1.0), "loss": loss / max(count, 1.0)}
+            yield hits, losses, (index >= 0).sum(axis=1)
 
 
 def weighted_means(updates: Updates, names: tuple[str, ...]) -> dict[str, torch.Tensor]:

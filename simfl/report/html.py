@@ -16,6 +16,7 @@ import pandas as pd
 
 from simfl.report import figures
 from simfl.report.choose import Choice, Target, choose, speedups, target_table
+from simfl.report.groups import GroupTables, group_tables, groups_figure
 from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
@@ -152,8 +153,13 @@ def write_report(
     shown += _job_figures(store, chosen, colours, folder)
     table = _time_to_target(chosen, speed)
     table.to_csv(folder / "time_to_target.csv", index=False)
+    tables = _write_group_tables(group_tables(store, chosen), folder)
+    caption = groups_figure(
+        tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
+    )
+    sections = _group_sections(chosen, tables, html.escape(caption))
     index = folder / "index.html"
-    index.write_text("\n".join(_page(store, chosen, table, shown, bad)) + "\n")
+    index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
     return index
 
 
@@ -273,10 +279,102 @@ def _job_figures(
     ]
 
 
+def _write_group_tables(tables: GroupTables, folder: Path) -> GroupTables:
+    """Write ``participation.csv``, ``fairness.csv`` and ``energy_to_target.csv``."""
+    tables.participation.to_csv(folder / "participation.csv", index=False)
+    tables.fairness.to_csv(folder / "fairness.csv", index=False)
+    if tables.energy is not None:
+        tables.energy.to_csv(folder / "energy_to_target.csv", index=False)
+    return tables
+
+
+def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[str]:
+    """The page's sections on who took part (per group, fairness) and on energy.
+
+    ``caption`` is the (escaped) caption of ``groups_energy.png``, shown after the tables.
+    """
+    by, tgt = chosen.by, html.escape(chosen.target_text)
+    part = tables.participation
+    extra = [c for c in chosen.panels if c != "n_devices"]
+    shown = pd.DataFrame(
+        {
+            by: part[by],
+            **{c: part[c] for c in extra},
+            "devices": part["n_devices"],
+            "group": part["group"],
+            "share of fleet": [f"{100 * v:.3g}%" for v in part["fleet_share"]],
+            **{("jobs selected" if c == "selected" else c): part[c] for c in _STATUS_COUNTS},
+            "devices contributing (mean)": part["devices_arrived"],
+            "share of updates": [
+                "" if math.isnan(v) else f"{100 * v:.3g}%" for v in part["update_share"]
+            ],
+        }
+    )
+    fair = tables.fairness.rename(
+        columns={
+            "n_devices": "devices",
+            "fewest": "fewest updates per device",
+            "jain_devices": "Jain over devices",
+            "jain_groups": "Jain over groups",
+            **{
+                c: f"worst group {c[len('worst_group_') :]}"
+                for c in tables.fairness.columns
+                if c.startswith("worst_group_")
+            },
+        }
+    )
+    lines = [
+        "<h2>Who took part</h2><p>Jobs of each group of devices (the tiers of "
+        "<code>Fleet.tiers</code>, or labels from <code>Fleet.with_groups</code>), summed over "
+        "seeds, and each group's share of the aggregated updates beside its share of the fleet "
+        "(also in <code>participation.csv</code>).</p>",
+        _html_table(shown),
+        "<p>Fairness, mean over seeds: Jain's index of the aggregated updates per device "
+        "(1: every device contributed equally; 1/n: one did everything), over devices and over "
+        "groups; the group with the fewest updates per device; the worst group's mean of each "
+        "metric evaluated per client, for the final model (also in "
+        "<code>fairness.csv</code>).</p>",
+        _html_table(fair),
+    ]
+    if tables.energy is not None:
+        energy = tables.energy.rename(
+            columns={
+                "n_devices": "devices",
+                "time_to_target": "mean time to target (s)",
+                "energy_to_target": "mean energy to target (J)",
+                "energy": "mean energy of the run (J)",
+            }
+        )
+        lines += [
+            f"<h2>Energy to {tgt}</h2><p>Joules spent by every job (work, bytes sent and "
+            "received, idle waits for the round, as the fleet declares them) until the target "
+            "is reached, mean over seeds; &ldquo;not reached&rdquo; if a seed never reached it "
+            "(also in <code>energy_to_target.csv</code>).</p>",
+            _html_table(energy),
+        ]
+    lines.append(
+        "<figure><img src='groups_energy.png' alt='groups_energy.png'>"
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
+    return lines
+
+
+_STATUS_COUNTS = ("selected", "arrived", "late", "dropped", "cancelled")
+
+
 def _page(
-    store: Store, chosen: Choice, table: pd.DataFrame, shown: list[Caption], bad: list[BadRun]
+    store: Store,
+    chosen: Choice,
+    table: pd.DataFrame,
+    shown: list[Caption],
+    bad: list[BadRun],
+    sections: list[str],
 ) -> list[str]:
-    """The lines of ``index.html`` (``bad``: the runs left out because they cannot be read)."""
+    """The lines of ``index.html``.
+
+    ``bad``: the runs left out because they cannot be read; ``sections``: the lines on who
+    took part and on energy, shown after the time-to-target table.
+    """
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
     where = html.escape(str(store.path))
@@ -299,6 +397,7 @@ def _page(
         f"speedup over {html.escape(repr(chosen.baseline))} (also in "
         f"<code>time_to_target.csv</code>).</p>",
         _html_table(_display(table, by, chosen.extra, chosen.metric)),
+        *sections,
     ]
     for name, caption in shown:
         page.append(

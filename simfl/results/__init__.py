@@ -17,10 +17,20 @@
     ``staleness`` (server versions between the model the job downloaded and the aggregation
     that applied its update; NaN for updates never applied). For asynchronous policies ``round``
     is the model version the job downloaded.
+    When the fleet declares an energy model, four more columns give each job's joules:
+    ``energy`` and its parts ``energy_compute``, ``energy_transfer``, ``energy_idle`` (see
+    :mod:`simfl.fleet.energy`).
 ``Results.meta``
     A JSON-able dict: scenario, seed, simfl version, stop reason, status (``ok``, ``diverged``,
-    ``error`` or ``interrupted``), error, host seconds, and ``initial_metrics`` (the metrics of
-    the model before round 0, at time 0).
+    ``error`` or ``interrupted``), error, host seconds, ``initial_metrics`` (the metrics of the
+    model before round 0, at time 0), the task's ``goals``, each device's group (``groups``)
+    and, where the algorithm evaluates per client, the final model's metrics per evaluated
+    client (``client_metrics``); see :mod:`simfl.results.groups`.
+
+Who took part and what it cost: :meth:`Results.participation` (jobs per group or device by
+status, share of the aggregated updates), :meth:`Results.group_metrics`,
+:meth:`Results.fairness` (Jain's index of participation, worst group) and
+:meth:`Results.cumulative_energy`.
 
 ``save(dir)`` writes ``rounds.parquet``, ``clients.parquet`` and ``meta.json`` as one folder,
 published whole (:mod:`simfl.results.folder`); ``load(dir)`` checks the folder and reads them
@@ -40,8 +50,17 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from simfl.fleet.energy import ENERGY_COLUMNS
 from simfl.outcome import STATUSES
 from simfl.results import folder
+from simfl.results.groups import (
+    Groups,
+    decode_groups,
+    energy_until,
+    group_metrics,
+    jain_index,
+    participation,
+)
 
 __all__ = ["ROUND_STATUSES", "Recorder", "Results"]
 
@@ -98,9 +117,11 @@ class Recorder:
     DataFrame until :meth:`results`.
     """
 
-    def __init__(self, metrics: tuple[str, ...]) -> None:
+    def __init__(self, metrics: tuple[str, ...], *, energy: bool = False) -> None:
         self.metrics = metrics
-        self._jobs: dict[str, list[NDArray[Any]]] = {c: [] for c in _JOB_COLUMNS}
+        #: The job columns: the fixed ones, then the energy ones when the fleet declares energy.
+        self.job_columns = _JOB_COLUMNS + (ENERGY_COLUMNS if energy else ())
+        self._jobs: dict[str, list[NDArray[Any]]] = {c: [] for c in self.job_columns}
         self._rounds: dict[str, list[Any]] = {c: [] for c in (*_ROUND_COLUMNS, *metrics)}
 
     @property
@@ -110,7 +131,7 @@ class Recorder:
 
     def add_jobs(self, columns: dict[str, NDArray[Any]]) -> None:
         """Append one cohort's job rows (one array per column, all the same length)."""
-        for c in _JOB_COLUMNS:
+        for c in self.job_columns:
             self._jobs[c].append(np.asarray(columns[c]))
 
     def add_round(self, row: dict[str, Any]) -> None:
@@ -134,7 +155,7 @@ class Recorder:
     def results(self, meta: dict[str, Any], state: Any = None) -> Results:
         """The recorded rows as :class:`Results` (with the final algorithm ``state``)."""
         jobs: dict[str, Any] = {}
-        for c in _JOB_COLUMNS:
+        for c in self.job_columns:
             parts = self._jobs[c]
             dtype = np.int8 if c == "status" else np.int64 if c in _INT_COLUMNS else np.float64
             # one copy per column; int8 codes make the categorical's range check cheap
@@ -201,6 +222,88 @@ class Results:
         last = evaluated.iloc[-1]
         return {n: float(last[n]) for n in names}
 
+    def groups(self) -> Groups:
+        """The group names and each device's index into them (see :mod:`simfl.results.groups`).
+
+        Results saved before groups were recorded have one group, ``"all"``.
+        """
+        n = self.meta.get("n_devices")
+        if n is None:
+            n = int(self.clients["device"].max()) + 1 if len(self.clients) else 0
+        return decode_groups(self.meta.get("groups"), int(n))
+
+    def participation(self, by: str = "group") -> pd.DataFrame:
+        """Jobs per group (``by="group"``) or per device (``"device"``) by status.
+
+        Per group: ``group``, ``devices``, ``fleet_share``, ``selected``, ``arrived``,
+        ``late``, ``dropped``, ``cancelled``, ``devices_arrived``, ``update_share`` (the
+        group's share of the aggregated updates), ``updates_per_device`` and, when the run
+        recorded energy, ``energy`` (J). See :func:`simfl.results.groups.participation`.
+
+        Examples
+        --------
+        >>> # res.participation()[["group", "fleet_share", "update_share"]]
+        """
+        return participation(self.clients, self.groups(), by=by)
+
+    def group_metrics(self) -> pd.DataFrame:
+        """The final model's metrics averaged over each group's evaluated clients.
+
+        One row per group and a last row ``"all"``; empty when the algorithm does not evaluate
+        per client (see ``Algorithm.evaluate_clients``).
+        """
+        return group_metrics(self.meta.get("client_metrics"), self.groups())
+
+    def fairness(self) -> dict[str, float]:
+        """Who was left out, in numbers.
+
+        ``jain_devices``
+            Jain's index of the aggregated updates per device, over every device of the fleet
+            (1: all contributed equally; ``1/n``: one did everything).
+        ``jain_groups``
+            Jain's index of the aggregated updates per device of each group (group sizes do
+            not weigh in).
+        ``worst_group_<metric>``
+            For every metric evaluated per client, the worst group's mean (the largest for a
+            metric to minimise, the smallest for one to maximise; see :meth:`group_metrics`).
+        """
+        per_device = self.participation("device")["arrived"].to_numpy()
+        table = self.participation()
+        out = {
+            "jain_devices": jain_index(per_device),
+            "jain_groups": jain_index(table["updates_per_device"].to_numpy()),
+        }
+        metrics = self.group_metrics()
+        goals = self.meta.get("goals") or {}
+        for name in metrics.columns[2:]:
+            values = metrics[name].to_numpy()[:-1]  # the groups, not "all"
+            if np.isnan(values).all():
+                out[f"worst_group_{name}"] = math.nan
+                continue
+            worst = np.nanmax if goals.get(name, "min") == "min" else np.nanmin
+            out[f"worst_group_{name}"] = float(worst(values))
+        return out
+
+    @property
+    def has_energy(self) -> bool:
+        """Whether the run recorded each job's energy (its fleet declared an energy model)."""
+        return "energy" in self.clients.columns
+
+    def cumulative_energy(self) -> pd.Series:
+        """Joules spent by the jobs ended by each aggregation, one value per row of ``rounds``.
+
+        For synchronous policies this is the energy of every round up to it (idle waits
+        included); under asynchronous ones, jobs still running at the aggregation are not yet
+        counted (see :func:`simfl.results.groups.energy_until`).
+
+        Raises
+        ------
+        ValueError
+            If the run recorded no energy.
+        """
+        spent = energy_until(self.clients, self.rounds["time"].to_numpy())
+        return pd.Series(spent, index=self.rounds.index, name="energy")
+
     def summary(self) -> str:
         """A short human-readable summary of the run."""
         counts = self.clients["status"].value_counts()
@@ -221,9 +324,44 @@ class Results:
             lines.append("final      " + "  ".join(f"{k} {v:.6g}" for k, v in final.items()))
         if self.meta.get("stop_reason") == "diverged":
             lines.append("diverged   the run stopped on a non-finite update or metric")
+        lines += self._who_took_part()
         if self.meta.get("error"):
             lines.append("error      " + str(self.meta["error"]).strip().splitlines()[-1])
         return "\n".join(lines)
+
+    def _who_took_part(self) -> list[str]:
+        """The summary's lines on groups, fairness and energy."""
+        if self.clients.empty:
+            return []
+        table = self.participation()
+        lines = []
+        if len(table) > 1:
+            rows = zip(table["group"], table["fleet_share"], table["update_share"], strict=True)
+            lines.append(
+                "groups     "
+                + "  ".join(
+                    f"{name} {100 * float(fleet):.3g}% of devices, "
+                    f"{100 * float(updates):.3g}% of updates"
+                    for name, fleet, updates in rows
+                )
+            )
+        fair = self.fairness()
+        text = f"Jain's index of updates: {fair['jain_devices']:.3g} over devices"
+        if len(table) > 1:
+            text += f", {fair['jain_groups']:.3g} over groups"
+        worst = [f"{k[12:]} {v:.4g}" for k, v in fair.items() if k.startswith("worst_group_")]
+        if worst and len(table) > 1:
+            text += "; worst group " + ", ".join(worst)
+        lines.append("fairness   " + text)
+        if self.has_energy:
+            total = float(self.clients["energy"].sum())
+            parts = [
+                f"{p} {100 * float(self.clients['energy_' + p].sum()) / total:.3g}%"
+                for p in ("compute", "transfer", "idle")
+                if total > 0
+            ]
+            lines.append(f"energy     {total:.4g} J" + (f" ({', '.join(parts)})" if parts else ""))
+        return lines
 
     def __repr__(self) -> str:
         return (

@@ -50,6 +50,14 @@ _FORMER_NAMES = {
 }
 
 
+# Dataclass fields added after fingerprints were first recorded, left out while they hold
+# ``None`` (their default), so that the objects that existed before keep their fingerprints.
+_ADDED_FIELDS = {
+    "simfl.fleet.Fleet": ("labels", "energy"),
+    "simfl.fleet.Profile": ("energy",),
+}
+
+
 def _qualified(module: str, qualname: str) -> str:
     """``module.qualname`` under the names of the first fingerprints (see above)."""
     module = _FORMER_MODULES.get(module, module)
@@ -81,7 +89,12 @@ def _function(fn: types.FunctionType, seen: set[int]) -> Any:
 
 def _attributes(obj: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(obj):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare}
+        added = _ADDED_FIELDS.get(_name(obj), ())
+        return {
+            f.name: getattr(obj, f.name)
+            for f in dataclasses.fields(obj)
+            if f.compare and not (f.name in added and getattr(obj, f.name) is None)
+        }
     out: dict[str, Any] = {}
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())

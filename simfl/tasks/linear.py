@@ -262,15 +262,23 @@ class LinearRepresentationData:
             )
         return self._test
 
-    def evaluate(self, model: LinearModel) -> dict[str, float]:
-        """``distance`` to ``B*`` (if the model has a representation) and mean ``test_mse``."""
+    def client_mse(self, model: LinearModel) -> Array:
+        """The test MSE of each evaluated client (``eval_clients``) under ``model``."""
         x, y = self.test_batch()
         if model.representation is None:
             theta = model.heads  # (E, d)
         else:
             theta = model.heads @ model.representation.T  # (E, d)
         pred = (x @ theta[:, :, None])[:, :, 0]
-        metrics = {"test_mse": float(np.mean(np.mean((pred - y) ** 2, axis=1)))}
+        return np.asarray(np.mean((pred - y) ** 2, axis=1))
+
+    def evaluate_clients(self, model: LinearModel) -> tuple[IntArray, dict[str, Array]]:
+        """The evaluated clients and each one's ``test_mse`` (``distance`` is not per client)."""
+        return self.eval_clients, {"test_mse": self.client_mse(model)}
+
+    def evaluate(self, model: LinearModel) -> dict[str, float]:
+        """``distance`` to ``B*`` (if the model has a representation) and mean ``test_mse``."""
+        metrics = {"test_mse": float(np.mean(self.client_mse(model)))}
         if model.representation is not None:
             metrics["distance"] = principal_angle_distance(model.representation, self.b_star)
         return metrics
