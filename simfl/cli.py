@@ -2,13 +2,17 @@
 
 ``simfl run SCENARIO.py [--seed N] [--out DIR] [--pick NAME] [--quiet]``
     Load a scenario file, run it with a progress bar, write the results directory and print a
-    summary. The file defines ``SCENARIO`` (a :class:`~simfl.Scenario`) or ``SCENARIOS`` (a dict
-    of them; choose one with ``--pick``).
+    summary. The file defines ``SCENARIO`` (a :class:`~simfl.Scenario`), ``SCENARIOS`` (a dict
+    of them) or ``CASES``; a file with several scenarios needs ``--pick`` (a name of
+    ``SCENARIOS``, or a case's labels such as ``policy=srpfl,seed=2``), and the error lists them.
 ``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
 ``[--scheduler tcp://host:8786] [--workers N] [--retry-failed] [--target "distance<1e-3"]``
     Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
     ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed
-    (at most ``MAX_SEEDS``), with a progress bar over runs, into a results store (default
+    (at most ``MAX_SEEDS``; default 0-4). Cases with a seed axis (``sweeps.grid(B,
+    seed=range(3))``) run their own seeds and ``--seeds`` is refused for them, with a message
+    that names them (:func:`simfl.sweeps.with_seeds`). A progress bar counts runs, with the
+    share done of the runs in flight, into a results store (default
     ``runs/sweep-FILE``). Runs already in the store are skipped, so re-running a killed sweep
     resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what ran, was
     skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
@@ -16,8 +20,9 @@
     scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
     the workers are stopped and it prints what finished and the command that resumes.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
-``[--by COLUMN] [--baseline NAME]``
-    Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``). Runs
+``[--by COLUMN] [--baseline NAME] [--quiet]``
+    Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``), with a
+    line for each step as it starts (reading the runs, each figure; ``--quiet``: none). Runs
     that cannot be read are left out, one line each.
 ``simfl show DIR``
     Print the summary of a saved results directory, or of the runs of a store (and a line per
@@ -41,6 +46,7 @@ import dataclasses
 import errno
 import hashlib
 import importlib.util
+import math
 import re
 import shlex
 import signal
@@ -50,6 +56,7 @@ import threading
 import traceback
 import urllib.parse
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,7 +66,7 @@ from simfl.results import Results
 from simfl.results.folder import check_destination
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import EXECUTORS
-from simfl.sweeps.grid import Case
+from simfl.sweeps.grid import Case, ranges_text, with_seeds
 from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning
 
 __all__ = [
@@ -97,6 +104,10 @@ _ENVIRONMENT_ERRNOS = frozenset(
     ]
     if hasattr(errno, name)
 )
+#: Scenario names an error message lists before it says how many more there are.
+_LISTED = 12
+#: Seeds of ``simfl sweep`` for scenarios without a seed axis when ``--seeds`` is not given.
+DEFAULT_SEEDS = "0-4"
 #: Longest scenario-derived folder name under ``runs/`` (a hash suffix keeps names distinct).
 _NAME_LIMIT = 100
 #: Seconds to wait for a Dask scheduler to accept a connection before giving up.
@@ -178,7 +189,8 @@ def _check_scheduler(address: str) -> None:
 def load_scenarios(path: str | Path) -> dict[str, Scenario]:
     """The scenarios a Python file exposes, by name.
 
-    ``SCENARIO`` and ``SCENARIOS``, or else the scenarios of its ``CASES``.
+    ``SCENARIO`` and ``SCENARIOS``, or else the scenarios of its ``CASES``, named by their
+    labels (``policy=srpfl,seed=2``; see ``simfl run --pick``).
 
     Raises
     ------
@@ -198,13 +210,27 @@ def _scenarios(module: Any, file: Path) -> dict[str, Scenario]:
         found.update({str(k): v for k, v in many.items() if isinstance(v, Scenario)})
     cases = getattr(module, "CASES", None)
     if not found and isinstance(cases, (list, tuple)):
-        found.update({c.scenario.name: c.scenario for c in cases if isinstance(c, Case)})
+        found.update(_by_key([c for c in cases if isinstance(c, Case)]))
     if not found:
         raise ValueError(
             f"{file} must define SCENARIO (a simfl.Scenario), SCENARIOS (a dict of them) or "
             f"CASES (a list of simfl.sweeps.Case)"
         )
     return found
+
+
+def _by_key(cases: list[Case]) -> dict[str, Scenario]:
+    """The scenarios of ``cases`` by the name ``--pick`` takes: the case's labels.
+
+    ``policy=srpfl,seed=2`` for a case of ``sweeps.grid`` (the scenario's name for a case
+    without labels); a key shared by several cases gets ``#`` and the case's index.
+    """
+    keys = [",".join(f"{k}={v}" for k, v in c.labels.items()) or c.scenario.name for c in cases]
+    count = Counter(keys)
+    return {
+        key if count[key] == 1 else f"{key}#{i}": case.scenario
+        for i, (key, case) in enumerate(zip(keys, cases, strict=True))
+    }
 
 
 def load_cases(path: str | Path) -> list[Case]:
@@ -230,12 +256,19 @@ def load_cases(path: str | Path) -> list[Case]:
     return list(cases)
 
 
+def _listing(names: Sequence[str] | dict[str, Any]) -> str:
+    """Names as shell words, the first :data:`_LISTED` of them and how many more there are."""
+    words = [shlex.quote(name) for name in names]
+    more = f", ... ({len(words) - _LISTED} more)" if len(words) > _LISTED else ""
+    return ", ".join(words[:_LISTED]) + more
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     scenarios = load_scenarios(args.scenario)
     if args.pick is not None:
         if args.pick not in scenarios:
             print(
-                f"error: --pick must be one of {sorted(scenarios)}, got {args.pick!r}",
+                f"error: --pick must be one of {_listing(scenarios)}, got {args.pick!r}",
                 file=sys.stderr,
             )
             return 2
@@ -244,8 +277,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         scenario = next(iter(scenarios.values()))
     else:
         print(
-            f"error: {args.scenario} defines several scenarios; choose one with --pick "
-            f"({', '.join(sorted(scenarios))})",
+            f"error: {args.scenario} defines {len(scenarios)} scenarios and simfl run runs one: "
+            f"choose it with --pick NAME ({_listing(scenarios)}), or run them all with "
+            f"simfl sweep {shlex.quote(str(args.scenario))}",
             file=sys.stderr,
         )
         return 2
@@ -290,16 +324,34 @@ def parse_seeds(text: str) -> list[int]:
     return [seed for r in ranges for seed in r]
 
 
+_TARGET = re.compile(r"^\s*(?P<metric>[^<>=\s]+)\s*(?P<sign><=|>=|<|>)\s*(?P<value>[^<>=]+)$")
+
+
 def parse_target(text: str) -> tuple[str, str, float]:
-    """``"distance<1e-3"`` -> ("distance", "below", 0.001); ``"accuracy>0.9"`` -> above."""
-    for sign, side in (("<", "below"), (">", "above")):
-        if sign in text:
-            metric, _, value = text.partition(sign)
-            try:
-                return metric.strip(), side, float(value)
-            except ValueError:
-                break
-    raise ValueError(f"--target must look like metric<value or metric>value, got {text!r}")
+    """``"distance<1e-3"`` -> ``("distance", "below", 0.001)``; ``"accuracy>=0.9"`` -> above.
+
+    ``<`` and ``<=`` both mean ``below`` and ``>`` and ``>=`` both mean ``above``: simfl's
+    targets are reached when ``metric <= below`` or ``metric >= above`` (see
+    :class:`simfl.Target`), and the output says so (``accuracy >= 0.9``).
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not ``metric``, one of ``< <= > >=``, and a finite number.
+    """
+    match = _TARGET.match(text)
+    if match is not None:
+        side = "below" if match["sign"].startswith("<") else "above"
+        try:
+            value = float(match["value"])
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return match["metric"], side, value
+    raise ValueError(
+        f"--target must look like metric<=value or metric>=value (< and > mean the same: "
+        f"reached at <= and >=), e.g. distance<1e-3 or accuracy>=0.9, got {text!r}"
+    )
 
 
 def _check_target(metric: str, cases: Sequence[Case]) -> None:
@@ -341,7 +393,9 @@ def _sigterm_interrupts(seen: list[int]) -> Iterator[None]:
 
 def _resume_command(args: argparse.Namespace, store: str | Path) -> str:
     """The ``simfl sweep`` command line that resumes this sweep."""
-    words = ["simfl", "sweep", str(args.scenario), "--seeds", args.seeds, "--store", str(store)]
+    words = ["simfl", "sweep", str(args.scenario)]
+    words += ["--seeds", args.seeds] if args.seeds is not None else []
+    words += ["--store", str(store)]
     for flag in ("executor", "scheduler", "workers"):
         if getattr(args, flag) is not None:
             words += [f"--{flag}", str(getattr(args, flag))]
@@ -366,30 +420,42 @@ def _stopped(
     return 128 + signal.SIGTERM if terminated else 130
 
 
+def _seeded(cases: list[Case], seeds: str | None, file: str) -> tuple[list[Case], str]:
+    """The runs of a sweep file's cases, and how they were counted, in words.
+
+    The rule of :func:`simfl.sweeps.with_seeds`: cases with a seed axis keep their own seeds
+    and ``--seeds`` is refused for them; the other cases run on every seed of ``--seeds``
+    (default :data:`DEFAULT_SEEDS`).
+    """
+    if seeds is not None:
+        wanted = parse_seeds(seeds)
+        runs = with_seeds(cases, wanted, where=f"{file} defines CASES", option="--seeds")
+        return runs, f"{len(cases)} scenarios x {len(wanted)} seeds"
+    default = parse_seeds(DEFAULT_SEEDS)
+    own = [c for c in cases if "seed" in c.labels]
+    runs = [r for c in cases for r in ([c] if c in own else with_seeds([c], default))]
+    words = []
+    if own:
+        seeds_text = ranges_text(c.scenario.seed for c in own)
+        words.append(f"{len(own)} cases with the file's own seeds {seeds_text}")
+    if len(own) < len(cases):
+        words.append(f"{len(cases) - len(own)} scenarios x {len(default)} seeds")
+    return runs, " + ".join(words)
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simfl import compare
     from simfl.sweeps import sweep
 
     cases = load_cases(args.scenario)
-    seeds = parse_seeds(args.seeds)
+    grid, counted = _seeded(cases, args.seeds, args.scenario)
     target = parse_target(args.target) if args.target else None
     if target is not None:
         _check_target(target[0], cases)
-    grid = [
-        Case(
-            dataclasses.replace(c.scenario, seed=seed),
-            {**{k: v for k, v in c.labels.items() if k != "seed"}, "seed": seed},
-        )
-        for c in cases
-        for seed in seeds
-    ]
     store = args.store or Path("runs") / f"sweep-{Path(args.scenario).stem}"
     if args.scheduler and args.executor in (None, "dask"):
         _check_scheduler(args.scheduler)
-    print(
-        f"{len(grid)} runs ({len(cases)} scenarios x {len(seeds)} seeds) -> {store}/",
-        flush=True,
-    )
+    print(f"{len(grid)} runs ({counted}) -> {store}/", flush=True)
     signals: list[int] = []
     try:
         with _sigterm_interrupts(signals):
@@ -436,10 +502,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
             run=args.run,
             by=args.by,
             baseline=args.baseline,
+            progress=None if args.quiet else _say,
         )
     _print_bad(store, bad, "skipped")
     print(f"report     {index}  ({len(list(out.glob('*.png')))} figures)")
     return 0
+
+
+def _say(line: str) -> None:
+    """A progress line of ``simfl report``, printed at once."""
+    print(f"...        {line}", flush=True)
 
 
 def _print_bad(store: Store, bad: list[BadRun], word: str) -> None:
@@ -499,14 +571,24 @@ def parser() -> argparse.ArgumentParser:
     p_run.add_argument("scenario", help="Python file defining SCENARIO or SCENARIOS")
     p_run.add_argument("--seed", type=int, default=None, help="override the scenario seed")
     p_run.add_argument("--out", default=None, help="results directory (default runs/NAME-seedN)")
-    p_run.add_argument("--pick", default=None, help="which of the file's SCENARIOS to run")
+    p_run.add_argument(
+        "--pick",
+        default=None,
+        help="which of the file's scenarios to run: a SCENARIOS name, or a case's labels "
+        "(e.g. policy=srpfl,seed=2)",
+    )
     p_run.add_argument("--quiet", action="store_true", help="no progress bar")
     p_run.set_defaults(func=_cmd_run)
     p_sweep = sub.add_parser(
         "sweep", help="run a file's scenarios over seeds into a resumable results store"
     )
     p_sweep.add_argument("scenario", help="Python file defining SCENARIO, SCENARIOS or CASES")
-    p_sweep.add_argument("--seeds", default="0-4", help="seeds, e.g. 0-9 or 1,4,7 (default 0-4)")
+    p_sweep.add_argument(
+        "--seeds",
+        default=None,
+        help="seeds, e.g. 0-9 or 1,4,7 (default 0-4); refused for CASES with a seed axis, "
+        "which run their own seeds",
+    )
     p_sweep.add_argument("--store", default=None, help="results store (default runs/sweep-FILE)")
     p_sweep.add_argument(
         "--executor",
@@ -523,7 +605,11 @@ def parser() -> argparse.ArgumentParser:
     p_sweep.add_argument(
         "--retry-failed", action="store_true", help="run again the runs stored as failed"
     )
-    p_sweep.add_argument("--target", default=None, help='e.g. "distance<1e-3": print time to it')
+    p_sweep.add_argument(
+        "--target",
+        default=None,
+        help='e.g. "distance<1e-3" or "accuracy>=0.9" (< means <=, > means >=): print time to it',
+    )
     p_sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     p_sweep.set_defaults(func=_cmd_sweep)
     p_report = sub.add_parser("report", help="figures and index.html from a results store")
@@ -531,13 +617,18 @@ def parser() -> argparse.ArgumentParser:
     p_report.add_argument("--out", default=None, help="report folder (default STORE/report)")
     p_report.add_argument("--metric", default=None, help="metric to plot (default: the first)")
     p_report.add_argument(
-        "--target", default=None, help='e.g. "distance<1e-3" (default: chosen from the runs)'
+        "--target",
+        default=None,
+        help='e.g. "distance<1e-3" or "accuracy>=0.9" (default: chosen from the runs)',
     )
     p_report.add_argument("--run", default=None, help="run id for the Gantt chart")
     p_report.add_argument(
         "--by", default=None, help="column that names the compared series (default: guessed)"
     )
     p_report.add_argument("--baseline", default=None, help="series speedups are relative to")
+    p_report.add_argument(
+        "--quiet", action="store_true", help="no progress lines (reading runs, each figure)"
+    )
     p_report.set_defaults(func=_cmd_report)
     p_show = sub.add_parser("show", help="summarise a saved results directory or a store")
     p_show.add_argument("directory")

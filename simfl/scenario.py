@@ -11,8 +11,9 @@ what would be valid, before anything runs.
 
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from simfl._checks import check_int, check_real
@@ -30,12 +31,25 @@ class Target:
     """Stop when a metric crosses a value: ``Target("distance", below=1e-3)``.
 
     Exactly one of ``below`` (reached when ``metric <= below``) and ``above`` (reached when
-    ``metric >= above``) must be given. Checked on evaluated rounds only.
+    ``metric >= above``) must be given, by keyword (``Target("accuracy", 0.6)`` is refused: it
+    would not say which side is meant). Checked on evaluated rounds only.
     """
 
     metric: str
+    _: KW_ONLY
     below: float | None = None
     above: float | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Target:
+        """Refuse a positional value with a message that says which keyword to use."""
+        if len(args) > 1:
+            metric, value = args[0], args[1]
+            raise TypeError(
+                f"Target's below= and above= are keyword-only, got Target({metric!r}, {value!r}); "
+                f"write Target({metric!r}, above={value!r}) (reached when {metric} >= {value!r}) "
+                f"or Target({metric!r}, below={value!r}) (reached when {metric} <= {value!r})"
+            )
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
@@ -57,6 +71,13 @@ class Target:
             return value <= self.below
         assert self.above is not None
         return value >= self.above
+
+
+# help(Target) and inspect.signature show __init__'s keyword-only fields, not __new__'s (*args)
+_init = inspect.signature(Target.__init__)
+Target.__signature__ = _init.replace(  # type: ignore[attr-defined]
+    parameters=list(_init.parameters.values())[1:]
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -175,3 +175,18 @@ def test_fig1_fig4_reduced():
 def test_fleet_default_fixture_is_not_shared_state():
     f = Fleet.homogeneous(3, dists.Constant(1.0))
     assert dataclasses.replace(linear_scenario(n=3, policy=policies.WaitAll()), fleet=f).fleet is f
+
+
+def test_gdgd_costs_one_work_unit_per_gradient_step():
+    # FedAvg(local_steps=10) costs 10 units: 10GD-GD's ten head steps and one step on B cost 11,
+    # GD-GD's two steps 2, on the same seeded fleet (so compute times scale by 11/2 exactly)
+    def jobs(alg):
+        return run(linear_scenario(alg, rounds=3), progress=False).clients
+
+    fedavg = jobs(algorithms.FedAvg(local_steps=10))
+    gd, gd10 = jobs(algorithms.GDGD()), jobs(algorithms.GDGD(head_steps=10))
+    assert (fedavg["work"] == 10.0).all()
+    assert (gd["work"] == 2.0).all() and (gd10["work"] == 11.0).all()
+    np.testing.assert_array_equal(gd10["device"], gd["device"])
+    np.testing.assert_allclose(gd10["compute"], gd["compute"] * 11 / 2, rtol=1e-12)
+    assert (gd10["t_end"] > gd["t_end"]).all()

@@ -127,14 +127,15 @@ def test_memory_sweep_matches_store_and_direct_runs(tmp_path):
     pd.testing.assert_frame_equal(memory.frame, stored.frame, check_exact=True)
     direct = pd.concat(
         [
-            collect(
-                {c.scenario.name: [simfl.run(c.scenario, progress=False)]},
-                policy=c.labels["policy"],
+            collect({c.scenario.name: [simfl.run(c.scenario, progress=False)]}).pipe(
+                lambda f, c=c: f.insert(2, "policy", c.labels["policy"]) or f
             )
             for c in cases
         ],
         ignore_index=True,
     )
+    # label, seed, the grid labels and run_id come first, as in clients() (and the README)
+    assert list(stored.frame.columns[:5]) == ["label", "seed", "policy", "run_id", "round"]
     pd.testing.assert_frame_equal(
         stored.frame.drop(columns="run_id"), direct, check_exact=True, check_categorical=False
     )

@@ -68,9 +68,10 @@ Departures and choices:
 * Payload: down ``B`` and the ``M`` heads; up ``B``, the ``M`` heads, the ``M`` domain counts
   of the round (8 bytes each) and, for SA, one k x k Hessian per domain head. Every client is
   charged for all ``M`` domains (an upper bound for clients holding fewer).
-* Work: one unit per round with either head solver, as :class:`~simfl.algorithms.FedRep` and
-  :class:`~simfl.algorithms.GDGD`: the features ``X B`` are computed once per round in an
-  ``O(m d k)`` pass, and each head gradient step on them costs only ``O(m k)``.
+* Work: one unit per round with either head solver, as :class:`~simfl.algorithms.FedRep`: the
+  features ``X B`` are computed once per round in an ``O(m d k)`` pass, and each head gradient
+  step on them costs only ``O(m k)``. (:class:`~simfl.algorithms.GDGD` counts one unit per
+  gradient step instead.)
 * Synchronous policies only (no ``shared``/``with_shared``): SA has no staleness-mixing form.
 """
 

@@ -21,9 +21,13 @@ Departures and choices, each a parameter:
   initialisation batch for the initial representation, the role the notebook's spectral
   initialisation plays for ``U``; ``"zero"`` starts them at zero.
 * ``init`` ("mom" or "random") for ``B`` as in :class:`~simfl.algorithms.FedRep`.
-* Work: one unit per round, like FedRep. The head steps reuse ``X B``, computed once per round,
-  and cost ``O(m k)`` each against the ``O(m d k)`` pass over the data that FedRep's exact head
-  and both methods' representation step also need.
+* Work: ``head_steps + 1`` units per round, one per local gradient step over the client's
+  ``m`` samples (each head step, then the step on ``B``), the rule of
+  :class:`~simfl.algorithms.FedAvg` (``local_steps`` units) and
+  :class:`~simfl.algorithms.FedMAvg` (``Q1 + Q2`` units): GD-GD costs 2 units, 10GD-GD 11.
+  FedRep's exact head solve is not a gradient step and counts with its step on ``B`` as one
+  unit. (In this numpy code a head step reuses ``X B`` and costs ``O(m k)``; a device running
+  the method as published takes a full pass per step, which is what the units count.)
 
 Local-only: every client fits its own d-dimensional model by ridge least squares (ridge 1e-5, as
 in the notebook) on all the samples it has: its own data, plus, when the task draws fresh
@@ -85,6 +89,11 @@ class GDGD(Algorithm[GDGDState]):
         ``"lstsq"`` or ``"zero"`` (see the module docstring).
     orthonormalize
         QR after averaging (off by default, see the module docstring).
+
+    Notes
+    -----
+    Work: ``head_steps + 1`` units per client and round (one per local gradient step, as
+    ``FedAvg(local_steps=n)`` costs ``n``).
     """
 
     head_steps: int = 1
@@ -119,6 +128,10 @@ class GDGD(Algorithm[GDGDState]):
                 x, y = data.init_batch(chunk)
                 heads[chunk] = solve_heads(x, y, b)
         return GDGDState(b, heads)
+
+    def work(self, state: GDGDState, clients: NDArray[np.int64]) -> NDArray[np.float64]:
+        """``head_steps + 1`` units: one per gradient step (the head steps, then ``B``'s)."""
+        return np.full(clients.shape, float(self.head_steps + 1))
 
     def payload(self, state: GDGDState) -> Payload:
         """The representation travels both ways; heads stay on the clients."""

@@ -20,7 +20,7 @@ __all__ = ["TimingOnly"]
 
 @dataclass(frozen=True)
 class TimingOnly(Algorithm[None]):
-    """No training: every job performs ``work`` units and moves fixed payloads.
+    """No training: every job performs ``work_units`` units of work and moves fixed payloads.
 
     Use it with ``Scenario(task=None, ...)`` to study round times, arrivals and dropouts alone.
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from simfl._checks import check_bool, check_choice
 from simfl.engine.asynchronous import AsyncLoop
-from simfl.engine.context import RunContext
+from simfl.engine.context import Progress, RunContext
 from simfl.engine.sync import SyncLoop
 from simfl.engine.tiered import TieredLoop
 from simfl.policies.base import AsyncPolicy, SyncPolicy, TieredPolicy
@@ -46,7 +46,7 @@ def simfl_version() -> str:
 def run(
     scenario: Scenario,
     *,
-    progress: bool = True,
+    progress: Progress = True,
     lazy: bool = True,
     on_error: str = "record",
     batched: bool = True,
@@ -66,8 +66,12 @@ def run(
     scenario
         What to run.
     progress
-        Show a progress bar on stderr. ``progress``, ``lazy`` and ``batched`` must be ``True``
-        or ``False`` (a ``ValueError`` names the flag otherwise).
+        ``True``: a progress bar on stderr, over rounds, or over simulated seconds (with a total
+        and an ETA) for a run limited only by ``max_time``. ``False``: none. A callable: called
+        after every aggregation with the share of the run done, in [0, 1] (rounds done of
+        ``rounds``, or simulated time of ``max_time``, the larger of the two); how sweeps show
+        the progress of the runs in flight. Nothing recorded depends on it. ``lazy`` and
+        ``batched`` must be ``True`` or ``False`` (a ``ValueError`` names the flag otherwise).
     lazy
         Compute only the updates that are aggregated (default). ``False`` computes every started
         job's update and discards the rest; the results are identical, only slower.
@@ -84,7 +88,11 @@ def run(
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
     check_choice("simfl.run on_error", on_error, ("record", "raise"))
-    progress = check_bool("simfl.run progress", progress)
+    if not callable(progress):
+        try:
+            progress = check_bool("simfl.run progress", progress)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (or a callable taking the share of the run done)") from None
     lazy = check_bool("simfl.run lazy", lazy)
     batched = check_bool("simfl.run batched", batched)
     started = time.perf_counter()
@@ -176,5 +184,5 @@ def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | TieredLoop) -> str:
             raise
         ctx.fail(traceback.format_exc())
     finally:
-        ctx.bar.close()
+        ctx.close_progress()
     return "ok"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import simpy
@@ -45,7 +45,13 @@ from simfl.results import Recorder
 from simfl.rng import Streams
 from simfl.scenario import Scenario
 
-__all__ = ["STALL_ROUNDS", "STALL_SHARE", "UPDATE_SLICE", "PolicyView", "RunContext"]
+__all__ = ["STALL_ROUNDS", "STALL_SHARE", "UPDATE_SLICE", "PolicyView", "Progress", "RunContext"]
+
+#: What ``simfl.run(progress=...)`` takes: a bar (``True``), nothing, or a callable told the
+#: share of the run done (0 to 1) after every aggregation.
+Progress: TypeAlias = bool | Callable[[float], None]
+#: The progress bar of a run limited only by ``max_time``: simulated seconds out of the budget.
+_TIME_BAR = "{l_bar}{bar}| {n:.4g}/{total:.4g} simulated s [{elapsed}<{remaining}{postfix}]"
 
 #: Cohorts larger than this compute their local updates in slices of this many clients.
 UPDATE_SLICE = 512
@@ -69,7 +75,7 @@ class RunContext:
         scenario: Scenario,
         *,
         lazy: bool,
-        progress: bool,
+        progress: Progress,
         on_error: str,
         batched: bool = True,
     ) -> None:
@@ -89,14 +95,12 @@ class RunContext:
         self.stop_reason: str | None = None
         self.error: str | None = None
         self.idle_rounds = 0
-        self.bar = tqdm(
-            total=scenario.rounds,
-            desc=scenario.name,
-            unit="round",
-            disable=not progress,
-            dynamic_ncols=True,
-            leave=True,
+        self.bar = _bar(scenario, progress is True)
+        #: Told the share of the run done after every aggregation (``run(progress=callable)``).
+        self.report: Callable[[float], None] | None = (
+            None if isinstance(progress, bool) else progress
         )
+        self._shown = 0.0  # simulated seconds the time bar shows
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
@@ -344,7 +348,39 @@ class RunContext:
         due = self.round % sc.eval_every == 0 or self.stop_reason is not None
         if due and self.metrics and row["status"] in ("ok", "empty"):
             self._evaluate()
-        self.bar.update(1)
+        self._advance()
+
+    # ----------------------------------------------------------------- progress
+    def done(self) -> float:
+        """The share of the run done, in [0, 1]: rounds of ``rounds``, or time of ``max_time``.
+
+        With both stop rules, the larger share (the run ends at whichever comes first).
+        """
+        sc = self.scenario
+        by_rounds = 0.0 if sc.rounds is None else self.round / sc.rounds
+        by_time = 0.0 if sc.max_time is None else float(self.env.now) / sc.max_time
+        return min(1.0, max(by_rounds, by_time))
+
+    def _advance(self) -> None:
+        """After an aggregation: move the bar and tell ``report`` (no recorded number changes).
+
+        The bar counts rounds, or, for a run limited only by ``max_time``, simulated seconds
+        out of ``max_time`` (so it has a total and an ETA).
+        """
+        if self.scenario.rounds is not None:
+            self.bar.update(1)
+        elif not self.bar.disable:
+            now = min(float(self.env.now), float(self.bar.total))
+            self.bar.update(now - self._shown)
+            self._shown = now
+        if self.report is not None:
+            self.report(self.done())
+
+    def close_progress(self) -> None:
+        """Close the bar, a time bar moved to the clock where the run stopped."""
+        if self.scenario.rounds is None and not self.bar.disable:
+            self.bar.update(min(float(self.env.now), float(self.bar.total)) - self._shown)
+        self.bar.close()
 
     def _check_stall(self, row: dict[str, Any]) -> None:
         """The stall rule (see the module docstring)."""
@@ -431,6 +467,19 @@ class RunContext:
             math.isnan(rec.last_round(m)) for m in self.metrics
         ):
             self._evaluate()
+
+
+def _bar(scenario: Scenario, show: bool) -> Any:
+    """The run's tqdm bar: over rounds, or over simulated seconds when only ``max_time`` ends it."""
+    common: dict[str, Any] = {
+        "desc": scenario.name,
+        "disable": not show,
+        "dynamic_ncols": True,
+        "leave": True,
+    }
+    if scenario.rounds is None:
+        return tqdm(total=scenario.max_time, unit="s", bar_format=_TIME_BAR, **common)
+    return tqdm(total=scenario.rounds, unit="round", **common)
 
 
 class PolicyView:

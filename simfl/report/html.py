@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,7 @@ def write_report(
     run: str | None = None,
     by: str | None = None,
     baseline: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the figures and ``index.html`` of a store's finished runs; return the index path.
 
@@ -124,6 +126,9 @@ def write_report(
         :mod:`simfl.report.choose`).
     baseline
         The series speedups are relative to (default: the first).
+    progress
+        Told what the report is doing, a line at a time (reading the runs, each figure), as
+        ``simfl report`` prints it; ``None``: silent.
 
     Raises
     ------
@@ -133,13 +138,21 @@ def write_report(
     import matplotlib
 
     matplotlib.use("Agg")
+    say = progress if progress is not None else _silent
     store = store if isinstance(store, Store) else Store(store)
     folder = Path(out) if out is not None else store.path / "report"
+    say(f"checking the files of {store.path}")
     bad = store.check()
+    say("reading the runs (rounds, device jobs)")
     chosen = choose(store, metric=metric, target=target, run=run, by=by, baseline=baseline)
     folder.mkdir(parents=True, exist_ok=True)
     colours = figures.palette(chosen.series)
+    say(
+        f"{len(chosen.done)} finished runs in {len(chosen.series)} series (by {chosen.by}); "
+        f"drawing metric_vs_rounds.png and metric_vs_time.png (bootstrap bands)"
+    )
     shown = _metric_figures(chosen, colours, folder)
+    say(f"computing the time to {chosen.target_text}; drawing speedup.png")
     speed = speedups(
         chosen.frame,
         chosen.metric,
@@ -150,17 +163,24 @@ def write_report(
         list(chosen.panels),
     )
     shown.append(_speedup_figure(chosen, speed, colours, folder))
+    say("drawing gantt.png, utilisation.png and staleness.png")
     shown += _job_figures(store, chosen, colours, folder)
     table = _time_to_target(chosen, speed)
     table.to_csv(folder / "time_to_target.csv", index=False)
+    say("reading every run's participation and energy; drawing groups_energy.png")
     tables = _write_group_tables(group_tables(store, chosen), folder)
     caption = groups_figure(
         tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
     )
     sections = _group_sections(chosen, tables, html.escape(caption))
+    say("writing time_to_target.csv and index.html")
     index = folder / "index.html"
     index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
     return index
+
+
+def _silent(line: str) -> None:
+    """The default ``progress`` of :func:`write_report`: says nothing."""
 
 
 def _time_to_target(chosen: Choice, speed: pd.DataFrame) -> pd.DataFrame:

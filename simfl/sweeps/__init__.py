@@ -1,6 +1,7 @@
 """Sweeps: grids of scenarios x seeds, run on local processes or Dask into a results store.
 
-* :mod:`simfl.sweeps.grid`: :func:`grid` of a base scenario's fields, as :class:`Case` objects;
+* :mod:`simfl.sweeps.grid`: :func:`grid` of a base scenario's fields, as :class:`Case` objects,
+  and the rule for seeds (:func:`with_seeds`);
 * :mod:`simfl.sweeps.run`: :func:`sweep` (also ``simfl.sweep``), which runs the cases;
 * :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
 * :mod:`simfl.sweeps.worker`: what an executor runs for one case;
@@ -11,7 +12,7 @@
 """
 
 from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
-from simfl.sweeps.grid import Case, grid
+from simfl.sweeps.grid import Case, grid, with_seeds
 from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
 from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
 from simfl.sweeps.store import MemoryStore, Store
@@ -32,4 +33,5 @@ __all__ = [
     "grid",
     "make_executor",
     "sweep",
+    "with_seeds",
 ]

@@ -6,6 +6,13 @@ itself (a worker process that died, a Dask task lost too often) comes back as
 ``(index, exception)`` so that the sweep can record that run as failed and go on; the function
 the sweep sends (:func:`simfl.sweeps.worker.execute`) never raises for a failing scenario.
 
+:meth:`Executor.map_reporting` does the same for a function that also reports how far it got
+(``fn(item, report)``, ``report(share)`` with a share in [0, 1]): the sweep's bar then moves
+inside long runs. :class:`Inline` passes the reports on directly, :class:`Processes` through a
+shared array of one float per item that workers write and the sweep's process reads every
+:data:`PROGRESS_EVERY` seconds; :class:`Dask` (and any executor that does not override it)
+gives ``report=None`` (no reports: the bar counts whole runs).
+
 * :class:`Inline` runs one item after the other here (debugging, ``workers=1``).
 * :class:`Processes` uses a pool of local processes (the default). If a worker process dies
   (killed, out of memory), the pool is restarted and the runs in flight are tried again, up to
@@ -24,8 +31,10 @@ Executors are context managers; :func:`simfl.sweep` closes the ones it makes, no
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -34,20 +43,34 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, ClassVar, TypeVar
+from multiprocessing.sharedctypes import RawArray
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from simfl._checks import check_choice, check_int
 
-__all__ = ["EXECUTORS", "Dask", "Executor", "Inline", "Processes", "make_executor"]
+__all__ = [
+    "EXECUTORS",
+    "PROGRESS_EVERY",
+    "Dask",
+    "Executor",
+    "Inline",
+    "Processes",
+    "Report",
+    "make_executor",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 #: Names accepted by :func:`make_executor` and ``simfl sweep --executor``.
 EXECUTORS = ("processes", "dask", "inline")
+#: Seconds between two progress reports of the same run (:meth:`Executor.map_reporting`).
+PROGRESS_EVERY = 0.5
+#: What a reporting function is given: a callable taking the share of its item done, or None.
+Report: TypeAlias = Callable[[float], None] | None
 
 
 class Executor(ABC):
@@ -63,6 +86,23 @@ class Executor(ABC):
 
         ``keys`` name the items for the executor's own monitoring (Dask's dashboard).
         """
+
+    def map_reporting(
+        self,
+        fn: Callable[[T, Report], R],
+        items: Sequence[T],
+        *,
+        keys: Sequence[str] | None = None,
+        progress: Callable[[int, float], None],
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """As :meth:`map_unordered`, for ``fn(item, report)`` that reports its progress.
+
+        ``report(share)`` (``share`` in [0, 1]) called in the worker reaches
+        ``progress(index, share)`` in this process, at most every :data:`PROGRESS_EVERY`
+        seconds per item, before that item's result is yielded. This default gives
+        ``report=None`` (nothing is reported) and calls :meth:`map_unordered`.
+        """
+        return self.map_unordered(functools.partial(_unreported, fn), items, keys=keys)
 
     def describe(self) -> str:
         """A short description for summaries, e.g. ``"processes (4 workers)"``."""
@@ -94,6 +134,46 @@ class Inline(Executor):
                 value = exc
             yield i, value
 
+    def map_reporting(
+        self,
+        fn: Callable[[T, Report], R],
+        items: Sequence[T],
+        *,
+        keys: Sequence[str] | None = None,
+        progress: Callable[[int, float], None],
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """See :meth:`Executor.map_reporting`: the reports are passed on here, throttled."""
+        indexed = list(enumerate(items))
+        call = functools.partial(_call_indexed, fn, _Throttled(progress))
+        return self.map_unordered(call, indexed, keys=keys)
+
+
+def _unreported(fn: Callable[[T, Report], R], item: T) -> R:
+    """``fn(item, None)``: a reporting function run where reports cannot travel."""
+    return fn(item, None)
+
+
+class _Throttled:
+    """Passes ``(index, share)`` reports on to ``progress``, each index every PROGRESS_EVERY s."""
+
+    def __init__(self, progress: Callable[[int, float], None]) -> None:
+        self.progress = progress
+        self.last: dict[int, float] = {}
+
+    def __call__(self, index: int, share: float) -> None:
+        now = time.monotonic()
+        if now - self.last.get(index, -math.inf) >= PROGRESS_EVERY:
+            self.last[index] = now
+            self.progress(index, share)
+
+
+def _call_indexed(
+    fn: Callable[[T, Report], R], reporter: Callable[[int, float], None], pair: tuple[int, T]
+) -> R:
+    """``fn(item, report)`` where ``report`` tells ``reporter`` the item's index too."""
+    index, item = pair
+    return fn(item, functools.partial(reporter, index))
+
 
 class Processes(Executor):
     """A pool of local worker processes.
@@ -122,11 +202,40 @@ class Processes(Executor):
         self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
     ) -> Iterator[tuple[int, R | Exception]]:
         """See :meth:`Executor.map_unordered`."""
+        return self._map(fn, items, None)
+
+    def map_reporting(
+        self,
+        fn: Callable[[T, Report], R],
+        items: Sequence[T],
+        *,
+        keys: Sequence[str] | None = None,
+        progress: Callable[[int, float], None],
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """See :meth:`Executor.map_reporting`.
+
+        Workers write each item's share into a shared array (one float per item, no lock: a
+        run's reports come from one process at a time); this process reads the shares of the
+        runs in flight every :data:`PROGRESS_EVERY` seconds and passes on those that changed.
+        """
+        return self._map(functools.partial(_report_on_board, fn), items, progress)
+
+    def _map(
+        self,
+        fn: Callable[[Any], R],
+        items: Sequence[Any],
+        progress: Callable[[int, float], None] | None,
+    ) -> Iterator[tuple[int, R | Exception]]:
+        """Run ``fn`` on the pool (on ``(index, item)`` pairs with a board for ``progress``)."""
         pending = deque(range(len(items)))
         crashes = [0] * len(items)
+        board = None if progress is None else RawArray(ctypes.c_double, len(items))
+        shown: dict[int, float] = {}
         while pending:
             pool = ProcessPoolExecutor(
-                max_workers=self.workers, initializer=_follow_parent, initargs=(os.getpid(),)
+                max_workers=self.workers,
+                initializer=_start_worker,
+                initargs=(os.getpid(), board),
             )
             running: dict[Future[R], int] = {}
             broken = False
@@ -134,8 +243,15 @@ class Processes(Executor):
                 while (pending and not broken) or running:
                     while pending and not broken and len(running) < self.workers:
                         i = pending.popleft()
-                        running[pool.submit(fn, items[i])] = i
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                        if board is None:
+                            running[pool.submit(fn, items[i])] = i
+                        else:
+                            board[i] = 0.0  # a run tried again starts over
+                            running[pool.submit(fn, (i, items[i]))] = i
+                    timeout = None if board is None else PROGRESS_EVERY
+                    done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+                    if progress is not None and board is not None:
+                        _read_board(board, running.values(), shown, progress)
                     for future in done:
                         i = running.pop(future)
                         try:
@@ -161,6 +277,40 @@ class Processes(Executor):
 
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: In a :class:`Processes` worker: the shared array its runs report their progress into.
+_BOARD: Any = None
+
+
+def _start_worker(parent: int, board: Any) -> None:
+    """Initializer of a :class:`Processes` worker: keep the progress board, follow ``parent``."""
+    global _BOARD
+    _BOARD = board
+    _follow_parent(parent)
+
+
+def _report_on_board(fn: Callable[[T, Report], R], pair: tuple[int, T]) -> R:
+    """In a worker: ``fn(item, report)`` where ``report`` writes the item's slot of the board."""
+    index, item = pair
+    board = _BOARD
+
+    def report(share: float) -> None:
+        board[index] = share
+
+    return fn(item, report)
+
+
+def _read_board(
+    board: Any,
+    running: Iterable[int],
+    shown: dict[int, float],
+    progress: Callable[[int, float], None],
+) -> None:
+    """Pass on the shares of the runs in flight that changed since they were last passed on."""
+    for i in running:
+        share = float(board[i])
+        if share != shown.get(i, 0.0):
+            shown[i] = share
+            progress(i, share)
 
 
 def _follow_parent(parent: int) -> None:

@@ -2,8 +2,8 @@
 
 >>> import simfl
 >>> from simfl import sweeps
->>> # cases = sweeps.grid(base, policy=..., seed=range(10))
->>> # out = simfl.sweep(cases, store="runs/srpfl", executor="dask")   # or "processes"
+>>> # cases = sweeps.grid(base, policy=...)
+>>> # out = simfl.sweep(cases, seeds=range(10), store="runs/srpfl", executor="dask")
 >>> # out.frame   # tidy rounds of every run, with a column per grid axis
 >>> # simfl.Store("runs/srpfl").rounds()   # the same, later, from the store
 
@@ -32,11 +32,14 @@ from tqdm.auto import tqdm
 
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
-from simfl.sweeps.grid import Case
+from simfl.sweeps.grid import Case, with_seeds
 from simfl.sweeps.store import BadRun, MemoryStore, Store
 from simfl.sweeps.worker import Prepared, RunSpec, execute, git_revision, make_spec, record_of
 
 __all__ = ["SweepInterrupted", "SweepOutcome", "sweep"]
+
+#: The sweep's bar: runs done, counting the share done of the runs in flight (15.4/18 runs).
+_BAR = "{l_bar}{bar}| {n:.1f}/{total} runs [{elapsed}<{remaining}{postfix}]"
 
 
 @dataclass(frozen=True)
@@ -127,23 +130,29 @@ class SweepInterrupted(KeyboardInterrupt):
         self.outcome = outcome
 
 
-def _cases(cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case) -> list[Case]:
+def _cases(
+    cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case, seeds: Iterable[int] | None
+) -> list[Case]:
+    """The cases to run: scenarios become cases, and ``seeds`` applies (:func:`with_seeds`)."""
     many: Iterable[object] = [cases] if isinstance(cases, (Scenario, Case)) else cases
     items = []
     for i, c in enumerate(many):
-        if isinstance(c, Scenario):
-            c = Case(c, {"seed": c.seed})
+        if isinstance(c, Scenario):  # its seed is a label, unless seeds= gives the seed axis
+            c = Case(c, {"seed": c.seed} if seeds is None else {})
         if not isinstance(c, Case):
             raise ValueError(f"sweep case {i} must be a simfl.Scenario or a sweeps.Case, got {c!r}")
         items.append(c)
     if not items:
         raise ValueError("sweep needs at least one scenario")
-    return items
+    if isinstance(seeds, (str, bytes)):
+        raise ValueError(f"sweep seeds= must be integers such as range(5), got {seeds!r}")
+    return items if seeds is None else with_seeds(items, seeds)
 
 
 def sweep(
     cases: Iterable[Case] | Iterable[Scenario] | Scenario | Case,
     *,
+    seeds: Iterable[int] | None = None,
     store: str | os.PathLike[str] | Store | None = None,
     executor: str | Executor | None = None,
     workers: int | None = None,
@@ -159,6 +168,12 @@ def sweep(
         Scenarios, or :class:`~simfl.sweeps.Case` objects from :func:`~simfl.sweeps.grid`
         (their labels become columns). Two cases must not be the same run (same scenario,
         name and seed).
+    seeds
+        Run every case on each of these seeds (e.g. ``range(5)``), as ``simfl sweep --seeds``
+        does. Cases that set their own seeds (a ``seed`` axis of :func:`~simfl.sweeps.grid`)
+        are refused with ``seeds=`` (:func:`~simfl.sweeps.with_seeds`: one rule, the case's
+        seeds or ``seeds=``, never a silent mix). ``None`` (default): each scenario runs on
+        its own seed.
     store
         The store directory (created if new; see :mod:`simfl.sweeps.store`). Workers write
         into it directly, so on a multi-machine cluster it must be on a filesystem they share,
@@ -173,7 +188,10 @@ def sweep(
     retry_failed
         Run again the runs stored as ``failed`` (default: keep them and skip them).
     progress
-        Show a progress bar over runs.
+        Show a progress bar over runs, which also counts the share done of the runs in flight
+        (rounds of ``rounds``, or simulated time of ``max_time``; with the inline and
+        processes executors, updated every :data:`~simfl.sweeps.executors.PROGRESS_EVERY`
+        seconds), so that its ETA moves during long runs.
 
     Returns
     -------
@@ -183,13 +201,14 @@ def sweep(
     Raises
     ------
     ValueError
-        If there are no cases, two cases are the same run, or an option is invalid.
+        If there are no cases, two cases are the same run, ``seeds=`` is given for cases with a
+        seed axis, or an option is invalid.
     SweepInterrupted
         On ``KeyboardInterrupt`` while runs execute, once the workers are stopped (the runs in
         flight are not recorded; the same call resumes the sweep).
     """
     started = time.perf_counter()
-    items = _cases(cases)
+    items = _cases(cases, seeds)
     if not isinstance(retry_failed, bool):
         raise ValueError(f"sweep retry_failed must be True or False, got {retry_failed!r}")
     runner = make_executor(executor, workers=workers, scheduler=scheduler)
@@ -215,13 +234,18 @@ def sweep(
     failed = [r for r in skipped if stored[r] == "failed"]
     ran: list[str] = []
     bar = tqdm(
-        total=len(specs), initial=len(skipped), desc="sweep", unit="run", disable=not progress
+        total=len(specs),
+        initial=len(skipped),
+        desc="sweep",
+        unit="run",
+        bar_format=_BAR,
+        disable=not progress,
     )
     described = "nothing to run"
     try:
         if todo:
             described = runner.describe()
-            _execute(runner, todo, disk, memory, ran, failed, bar)
+            _execute(runner, todo, disk, memory, ran, failed, _RunsBar(bar, len(skipped)))
     except KeyboardInterrupt as exc:
         raise SweepInterrupted(
             _outcome(specs, ran, skipped, failed, out, described, started, repaired)
@@ -295,6 +319,37 @@ def _specs(
     return specs
 
 
+class _RunsBar:
+    """The sweep's bar: finished runs plus the share done of each run in flight."""
+
+    def __init__(self, bar: Any, finished: int) -> None:
+        self.bar = bar
+        self.finished = finished
+        self.flight: dict[int, float] = {}
+
+    @property
+    def shown(self) -> bool:
+        """Whether the bar is displayed (else nobody asks the runs for their progress)."""
+        return not self.bar.disable
+
+    def share(self, index: int, share: float) -> None:
+        """Run ``index`` of the runs to do reports the share of it done."""
+        self.flight[index] = min(1.0, max(0.0, share))
+        self._move()
+
+    def finish(self, index: int, failed: int) -> None:
+        """Run ``index`` ended (``failed``: how many runs of the sweep failed so far)."""
+        self.flight.pop(index, None)
+        self.finished += 1
+        if failed:
+            self.bar.set_postfix(failed=failed, refresh=False)
+        self._move()
+
+    def _move(self) -> None:
+        done = self.finished + sum(self.flight.values())
+        self.bar.update(done - self.bar.n)
+
+
 def _execute(
     runner: Executor,
     todo: list[RunSpec],
@@ -302,22 +357,27 @@ def _execute(
     memory: MemoryStore | None,
     ran: list[str],
     failed: list[str],
-    bar: Any,
+    bar: _RunsBar,
 ) -> None:
     """Run ``todo`` on ``runner``, appending each run to ``ran`` (and ``failed``) as it ends.
 
+    With the bar shown, the runs report their progress (:meth:`Executor.map_reporting`).
     However this ends (an interruption included), the executor's iterator is closed before it
     returns, so that its workers stop now rather than when it is garbage-collected.
     """
-    results = runner.map_unordered(execute, todo, keys=[s.run_id for s in todo])
+    keys = [s.run_id for s in todo]
+    results = (
+        runner.map_reporting(execute, todo, keys=keys, progress=bar.share)
+        if bar.shown
+        else runner.map_unordered(execute, todo, keys=keys)
+    )
     try:
         for i, value in results:
             record = _settle(todo[i], value, disk, memory)
             ran.append(record["run_id"])
             if record["status"] == "failed":
                 failed.append(record["run_id"])
-                bar.set_postfix(failed=len(failed))
-            bar.update(1)
+            bar.finish(i, len(failed))
     finally:
         close = getattr(results, "close", None)
         if close is not None:

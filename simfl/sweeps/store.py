@@ -185,9 +185,10 @@ class Store:
     def rounds(self, run_ids: Sequence[str] | None = None, *, failed: bool = False) -> pd.DataFrame:
         """The tidy frame of all runs: their rounds with labels, for pandas and seaborn.
 
-        Columns ``label`` (scenario name) and ``seed``, the rounds of each run preceded by its
-        initial row (``round=-1``, ``time=0``, see :func:`simfl.compare.collect`), one column
-        per grid label and ``run_id``. Only ``done`` runs unless ``failed=True`` (failed runs
+        Columns ``label`` (scenario name), ``seed``, one column per grid label and ``run_id``
+        come first, then the rounds of each run preceded by its initial row (``round=-1``,
+        ``time=0``, see :func:`simfl.compare.collect`), as in :meth:`clients`. Only ``done``
+        runs unless ``failed=True`` (failed runs
         that recorded rows up to their error). Runs that cannot be read are left out with a
         :class:`StoreWarning`.
         """
@@ -200,10 +201,8 @@ class Store:
             except StoreError as exc:
                 bad.append(bad_run(self.runs_dir / record["run_id"], exc))
                 continue
-            frame = collect(
-                {record["name"]: [Results(rows, pd.DataFrame(), meta)]}, **_axes(record)
-            )
-            frame["run_id"] = record["run_id"]
+            frame = collect({record["name"]: [Results(rows, pd.DataFrame(), meta)]})
+            _insert_front(frame, {**_axes(record), "run_id": record["run_id"]}, at=2)
             frames.append(frame)
         self._warn(bad)
         if not frames:
@@ -227,8 +226,7 @@ class Store:
                 bad.append(bad_run(self.runs_dir / record["run_id"], exc))
                 continue
             front = {"label": record["name"], "seed": record["seed"], **_axes(record)}
-            for i, (k, v) in enumerate({**front, "run_id": record["run_id"]}.items()):
-                jobs.insert(i, k, v)
+            _insert_front(jobs, {**front, "run_id": record["run_id"]}, at=0)
             frames.append(jobs)
         self._warn(bad)
         if not frames:
@@ -419,6 +417,12 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _insert_front(frame: pd.DataFrame, columns: dict[str, Any], *, at: int) -> None:
+    """Insert constant ``columns`` into ``frame``, in order, from position ``at``."""
+    for i, (name, value) in enumerate(columns.items(), start=at):
+        frame.insert(i, name, value)
 
 
 def _axes(record: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -217,13 +218,16 @@ def record_of(
     }
 
 
-def execute(spec: RunSpec) -> RunOutcome:
+def execute(spec: RunSpec, report: Callable[[float], None] | None = None) -> RunOutcome:
     """Run one spec and store it; never raises for a failing scenario (it is recorded failed).
 
     A run that raises (even while the scenario is unpickled or built), that ``simfl.run``
     records as an error, or whose spec carries an ``error`` (a scenario that could not be
     pickled) is stored with status ``failed``, its traceback or error message, and whatever
     rows it produced. ``KeyboardInterrupt`` is not recorded: the run stays to do.
+
+    ``report``, if given, is told the share of the run done after every aggregation
+    (``simfl.run(progress=report)``); the sweep's bar shows it.
     """
     store = None
     if spec.store is not None:
@@ -250,7 +254,7 @@ def execute(spec: RunSpec) -> RunOutcome:
             scenario: Scenario = pickle.loads(spec.payload)
             if scenario.seed != spec.info["seed"]:  # a payload shared by the sweep's seeds
                 scenario = dataclasses.replace(scenario, seed=spec.info["seed"])
-            results = run(scenario, progress=False)
+            results = run(scenario, progress=False if report is None else report)
     except Exception:
         error = traceback.format_exc()
     if results is not None:
