@@ -127,7 +127,7 @@ def tiered_fleet(unit: float) -> Fleet:
 
 
 def lognormal_fleet(unit: float) -> Fleet:
-    return Fleet.homogeneous(
+    fleet = Fleet.homogeneous(
         100,
         compute=dists.Exponential(mean=unit),
         scale=dists.LogNormal.from_mean_std(mean=1.0, std=2.0),
@@ -135,14 +135,20 @@ def lognormal_fleet(unit: float) -> Fleet:
         dropout_rate=0.02,
         seed=11,
     )
+    # group labels by the persistent factor, so results and reports show the tiers too
+    return fleet.with_groups([TIERS[t] for t in _scale_tiers(fleet)])
+
+
+def _scale_tiers(fleet: Fleet) -> np.ndarray:
+    rank = np.argsort(np.argsort(fleet.scale, kind="stable"), kind="stable")
+    return np.where(rank < 60, 0, np.where(rank < 90, 1, 2)).astype(np.int64)
 
 
 def tier_of(fleet_name: str, fleet: Fleet) -> np.ndarray:
     """The tier (0 fast, 1 medium, 2 slow) of every device, for the update shares."""
     if fleet_name == "tiered":
         return np.asarray(fleet.group, dtype=np.int64)
-    rank = np.argsort(np.argsort(fleet.scale, kind="stable"), kind="stable")
-    return np.where(rank < 60, 0, np.where(rank < 90, 1, 2)).astype(np.int64)
+    return _scale_tiers(fleet)
 
 
 def linear_setup() -> tuple[Any, Any, Any, Target, float, int]:

@@ -95,6 +95,11 @@ def energy_table(energy: EnergySpec, n: int, field: str) -> NDArray[np.float64]:
     if isinstance(energy, Energy):
         table = np.tile(np.array(energy.row(), dtype=np.float64), (n, 1))
     elif isinstance(energy, np.ndarray):
+        if energy.dtype.kind not in "iuf":  # the type rule of simfl._checks: numbers only
+            raise ValueError(
+                f"{field} as an array must hold numbers (int or float; not bool, str, bytes or "
+                f"objects), got dtype {energy.dtype}"
+            )
         table = np.array(energy, dtype=np.float64)
         if table.shape != (n, len(ENERGY_FIELDS)):
             raise ValueError(
