@@ -16,11 +16,15 @@ The runs go into a results store and ``simfl report`` is written for them; this 
 the report's tables (participation per tier, fairness, time and energy to a principal-angle
 distance of 1e-3) and copies the report's ``groups_energy.png`` to ``analysis/figures/``.
 
-    python analysis/groups_energy.py [--quick] [--seeds S] [--store DIR]
+It writes the numbers the README quotes to ``analysis/results/groups_energy.json`` and renders
+the README's paragraph from them (:func:`readme_text`; a test checks the two agree).
+
+    python analysis/groups_energy.py [--quick] [--seeds S] [--store DIR] [--results FILE]
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -94,10 +98,30 @@ def _split(store: Path) -> pd.DataFrame:
     return split.rename(columns=lambda c: c.removeprefix("energy_") + " %").reset_index()
 
 
+def readme_text(r: dict[str, object]) -> str:
+    """The README's paragraph on this figure, from the results file."""
+    v: dict[str, dict[str, float]] = r["policies"]  # type: ignore[assignment]
+    wa, dl, fb = v["wait-all"], v["deadline"], v["fedbuff"]
+    return (
+        f"It comes from `python analysis/groups_energy.py` (300 phones in three tiers, 60% fast, "
+        f"30% mid, 10% slow; {r['seeds']} seeds; target distance 1e-3). The 4 s deadline took "
+        f"{100 * dl['slow_share']:.1f}% of its aggregated updates from the slow tier (wait-all "
+        f"{100 * wa['slow_share']:.1f}%, FedBuff {100 * fb['slow_share']:.1f}%); Jain's index "
+        f"over tiers is {dl['jain_groups']:.2f} against {wa['jain_groups']:.4f} for wait-all. "
+        f"Wait-all needed {wa['energy_to_target']:.0f} J to reach the target, and "
+        f"{wa['idle_percent']:.2f}% of all its jobs' joules went to idle waits for the slow tier; "
+        f"the deadline needed {dl['energy_to_target']:.0f} J and FedBuff "
+        f"{fb['energy_to_target']:.0f} J.\n"
+    )
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--store", default=None, help="results store (default: a temporary one)")
+    p.add_argument(
+        "--results", default=str(Path(__file__).resolve().parent / "results" / "groups_energy.json")
+    )
     args = p.parse_args()
     seeds = args.seeds or (2 if args.quick else 5)
     rounds = 60 if args.quick else 120
@@ -115,7 +139,29 @@ def main() -> None:
     _show("fairness (mean over seeds)", pd.read_csv(report / "fairness.csv"))
     energy = pd.read_csv(report / "energy_to_target.csv")
     _show(f"time and energy to distance <= {TARGET:g} (mean over seeds)", energy)
-    _show("where the energy of the runs went (% of all their jobs' joules)", _split(store))
+    split = _split(store)
+    _show("where the energy of the runs went (% of all their jobs' joules)", split)
+    fair = pd.read_csv(report / "fairness.csv").set_index("policy")
+    slow = part[part["group"] == "slow"].set_index("policy")["update_share"]
+    energy_by = energy.set_index("policy")["energy_to_target"]
+    idle = split.set_index("policy")["idle %"]
+    results = {
+        "seeds": seeds,
+        "quick": args.quick,
+        "policies": {
+            name: {
+                "slow_share": float(slow[name]),
+                "jain_groups": float(fair.loc[name, "jain_groups"]),
+                "energy_to_target": float(energy_by[name]),
+                "idle_percent": float(idle[name]),
+            }
+            for name in POLICIES
+        },
+    }
+    out_json = Path(args.results)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nresults: {out_json}\n\nREADME paragraph:\n{readme_text(results)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figure = out / "groups_energy.png"

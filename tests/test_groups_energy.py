@@ -1,6 +1,7 @@
 """Who took part (participation per group, fairness, per-group metrics) and what it cost."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -434,3 +435,23 @@ def test_readme_example_runs(capsys):
     assert table.loc["slow", "update_share"] < table.loc["slow", "fleet_share"]
     assert "jain_devices" in capsys.readouterr().out
     assert (Path(__file__).resolve().parents[1] / "analysis/figures/groups_energy.png").is_file()
+
+
+def test_readme_numbers_are_the_results_file():
+    """The README's paragraph on groups_energy.png is rendered from the script's results."""
+    import json
+    import re
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "analysis"))
+    import groups_energy
+
+    results = json.loads((root / "analysis" / "results" / "groups_energy.json").read_text())
+    assert not results["quick"] and results["seeds"] == 5
+    readme = (root / "README.md").read_text()
+    block = re.search(
+        r"<!-- groups-energy:begin -->\n(.*?)<!-- groups-energy:end -->", readme, re.S
+    )
+    assert block is not None
+    assert block.group(1) == groups_energy.readme_text(results)
