@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simfl.results import Results
+from simfl.results import ROUND_COLUMNS, Results
 
 __all__ = [
     "bootstrap_ci",
@@ -108,25 +108,7 @@ def collect(
 
 
 #: Columns of ``Results.rounds`` itself: they change from round to round, never label a run.
-_ROUND_FIELDS = frozenset(
-    {
-        "round",
-        "stage",
-        "t_start",
-        "time",
-        "duration",
-        "status",
-        "n_selected",
-        "n_arrived",
-        "n_dropped",
-        "n_late",
-        "n_cancelled",
-        "bytes_down",
-        "bytes_up",
-        "staleness_mean",
-        "train_loss",
-    }
-)
+_ROUND_FIELDS = frozenset(ROUND_COLUMNS)
 
 
 def by_columns(by: str | Sequence[str], frame: pd.DataFrame, *, where: str) -> list[str]:

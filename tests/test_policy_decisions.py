@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,42 +12,7 @@ from numpy.typing import NDArray
 import simfl
 from simfl import Fleet, Scenario, algorithms, dists, policies
 from simfl.outcome import ARRIVED, DROPPED, LATE, Outcome
-from simfl.rng import Streams
-
-
-@dataclass
-class FakeView:
-    """A hand-built :class:`simfl.policies.View`."""
-
-    n_devices: int = 10
-    round: int = 0
-    now: float = 0.0
-    streams: Streams = field(default_factory=lambda: Streams(0))
-    goals: dict[str, str] = field(default_factory=lambda: {"distance": "min"})
-    mask: NDArray[np.bool_] | None = None
-    speeds: NDArray[np.float64] | None = None
-    last_row: dict[str, float] = field(default_factory=dict)
-
-    def online(self) -> NDArray[np.int64]:
-        if self.mask is None:
-            return np.arange(self.n_devices, dtype=np.int64)
-        return np.flatnonzero(self.mask).astype(np.int64)
-
-    def online_mask(self) -> NDArray[np.bool_] | None:
-        return self.mask
-
-    def is_online(self, device: int) -> bool:
-        return self.mask is None or bool(self.mask[device])
-
-    def durations(self, devices: NDArray[np.int64], *, stage: int) -> NDArray[np.float64]:
-        assert self.speeds is not None
-        return self.speeds[devices]
-
-    def client_sizes(self) -> NDArray[np.float64] | None:
-        return None
-
-    def last(self, column: str) -> float:
-        return self.last_row.get(column, math.nan)
+from tests.fake_view import FakeView
 
 
 def outcome(status: list[int], durations: list[float], devices: list[int] | None = None) -> Outcome:
@@ -105,7 +69,7 @@ def test_adaptive_deadline_learns_from_outcomes():
 
 def test_srpfl_picks_the_fastest_and_moves_on():
     speeds = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 9.0, 8.0, 7.0])
-    view = FakeView(n_devices=8, speeds=speeds, last_row={"train_loss": 1.0})
+    view = FakeView(n_devices=8, planned=speeds, last_row={"train_loss": 1.0})
     pol = policies.SRPFL(n0=2, rounds_per_stage=2)
     state = pol.start(view)
     state, plan = pol.plan(state, view)

@@ -62,7 +62,7 @@ from simfl.results.groups import (
     participation,
 )
 
-__all__ = ["ROUND_STATUSES", "Recorder", "Results"]
+__all__ = ["ROUND_COLUMNS", "ROUND_STATUSES", "Recorder", "Results"]
 
 ROUND_STATUSES = ("ok", "empty", "diverged", "error")
 
@@ -81,7 +81,8 @@ _JOB_COLUMNS = (
     "bytes_up",
     "staleness",
 )
-_ROUND_COLUMNS = (
+#: The columns ``Results.rounds`` always has (the metrics come after them).
+ROUND_COLUMNS = (
     "round",
     "stage",
     "t_start",
@@ -122,7 +123,7 @@ class Recorder:
         #: The job columns: the fixed ones, then the energy ones when the fleet declares energy.
         self.job_columns = _JOB_COLUMNS + (ENERGY_COLUMNS if energy else ())
         self._jobs: dict[str, list[NDArray[Any]]] = {c: [] for c in self.job_columns}
-        self._rounds: dict[str, list[Any]] = {c: [] for c in (*_ROUND_COLUMNS, *metrics)}
+        self._rounds: dict[str, list[Any]] = {c: [] for c in (*ROUND_COLUMNS, *metrics)}
 
     @property
     def n_rounds(self) -> int:
