@@ -439,6 +439,14 @@ class AvailabilityCursor:
         ptr[devices] = p
         return np.asarray(p, dtype=np.int64)
 
+    def positions(self, devices: NDArray[np.int64], t: float) -> NDArray[np.int64]:
+        """Index (in ``av.starts``, ``av.ends``) of each device's first interval not ended at ``t``.
+
+        ``t`` must not be earlier than any time queried before (the cursor only moves forward);
+        an index equal to ``av.offsets[device + 1]`` means the device has no interval left.
+        """
+        return self._advance(devices, t)
+
     def online(self, t: float) -> NDArray[np.bool_]:
         """Which devices are online at ``t``."""
         av = self.av
