@@ -67,6 +67,8 @@ class Resolution:
         spent, progress, active
             As the job's :class:`~simfl.engine.jobs.JobPlan` record would hold them.
         """
+        if self.t_end.max() < t or (inclusive and self.t_end.max() == t):  # all resolved
+            return self.spent[:, -1], self.progress[:, -1], self.active[:, -1]
         seen = (self.times <= t) if inclusive else (self.times < t)
         last = seen.sum(axis=1) - 1  # every job has its start event at or before t
         rows = np.arange(self.times.shape[0])
@@ -87,13 +89,8 @@ def resolve(plan: JobPlan, cursor: AvailabilityCursor, pause: bool) -> Resolutio
     n = plan.size
     t0 = float(np.asarray(plan.t_start).flat[0]) if n else 0.0
     av = cursor.av
-    devices = plan.devices
-    p = cursor.positions(devices, t0)
-    hi = av.offsets[1:][devices]
-    valid = p < hi
-    q = np.minimum(p, max(av.starts.size - 1, 0))
-    online = valid & (av.starts[q] <= t0) if av.starts.size else np.zeros(n, dtype=bool)
-    off = np.where(online, av.ends[q] if av.ends.size else math.inf, -math.inf)
+    p, on_from, off = cursor.current(plan.devices, t0)
+    online = on_from <= t0
     d, c, u, f = plan.download, plan.compute, plan.upload, plan.fail_after
     # the three busy spells of a job that stays online and does not fail, as the live process
     # computes them: each stage ends within the on-interval and before the failure instant
@@ -115,7 +112,7 @@ def resolve(plan: JobPlan, cursor: AvailabilityCursor, pause: bool) -> Resolutio
             (float(d[j]), float(c[j]), float(u[j])),
             float(f[j]),
             int(p[j]),
-            int(hi[j]),
+            int(cursor.hi[plan.devices[j]]),
             av.starts,
             av.ends,
             pause,

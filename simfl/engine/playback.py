@@ -152,6 +152,12 @@ class Resolved(Live):
         #: The latest pending event a stopped job left in the schedule (see :meth:`leave`).
         self.pending_until = -math.inf
 
+    def split(self, plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> Split:  # noqa: D102
+        if (status == ARRIVED).all():  # every stage done in busy spells, every byte moved
+            spent = plan.spent
+            return spent[:, 0], spent[:, 1], spent[:, 2], plan.size_down, plan.size_up
+        return super().split(plan, status, t_end)
+
     def resolve(self, plan: JobPlan) -> Resolution:
         """The events of the jobs of ``plan``, which start now."""
         return resolve(plan, self.cursor, self.devices.offline == "pause")
@@ -165,7 +171,9 @@ class Resolved(Live):
         """
         if math.isfinite(t) and t > self.pending_until:
             self.pending_until = t
-            self.env.timeout(landing_delay(self.env.now, t))
+            env = self.env
+            near = env.timeout(delay_below(env.now, t))
+            near.callbacks.append(lambda _: None if env.now == t else env.timeout(t - env.now))
 
 
 def landing_delay(now: float, t: float) -> float:
@@ -177,6 +185,18 @@ def landing_delay(now: float, t: float) -> float:
             return d
         d = float(np.nextafter(d, math.inf if reached < t else -math.inf))
     raise AssertionError(f"cannot land the clock on {t!r} from {now!r}")  # pragma: no cover
+
+
+def delay_below(now: float, t: float) -> float:
+    """The largest delay ``d >= 0`` with ``now + d <= t`` in floating point (``t >= now``).
+
+    ``now + d`` may fall a few units in the last place short of ``t`` (when no delay lands on
+    ``t`` exactly); from there ``t - (now + d)`` is exact, so a second delay lands on ``t``.
+    """
+    d = t - now
+    while d > 0.0 and now + d > t:
+        d = float(np.nextafter(d, -math.inf))
+    return d
 
 
 def _one_race(

@@ -29,7 +29,7 @@ from simfl.engine.aggregation import close_aggregation
 from simfl.engine.edge import EdgeRound
 from simfl.engine.jobs import JobPlan, fit_work, resolution
 from simfl.engine.offline import Resolution
-from simfl.engine.playback import Resolved
+from simfl.engine.playback import Resolved, delay_below
 from simfl.engine.playback import landing_delay as _delay_until
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, Outcome
 from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
@@ -406,11 +406,11 @@ def _resolved_round(
     rnd.resolution = res  # if the run ends while the round is in flight, it settles from it
     if math.isinf(t_close):  # jobs paused for ever: the last event happens, then nothing
         last = float(res.times[np.isfinite(res.times)].max())
-        yield env.timeout(_delay_until(t0, last))
+        yield from _sleep_until(env, last)
         rnd.resolution = None
         _apply(rnd, res, last, inclusive=True)
         yield env.event()  # never triggered: the run ends (offline, or at max_time)
-    yield env.timeout(_delay_until(t0, t_close))
+    yield from _sleep_until(env, t_close)
     if ctx.scenario.max_time is not None:
         yield env.timeout(0.0)  # as the processes' "round done" event (see _batched_round)
     rnd.resolution = None
@@ -423,3 +423,10 @@ def _resolved_round(
     pending = pending[np.isfinite(pending)]
     if pending.size:
         playback.leave(float(pending.max()))
+
+
+def _sleep_until(env: simpy.Environment, t: float) -> Generator[Any, Any, None]:
+    """Sleep until the clock is exactly ``t`` (in two steps where one cannot land on it)."""
+    yield env.timeout(delay_below(env.now, t))
+    if env.now < t:
+        yield env.timeout(t - env.now)  # exact: now is within a few ulps of t
