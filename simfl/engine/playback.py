@@ -172,8 +172,12 @@ class Resolved(Live):
         if math.isfinite(t) and t > self.pending_until:
             self.pending_until = t
             env = self.env
-            near = env.timeout(delay_below(env.now, t))
-            near.callbacks.append(lambda _: None if env.now == t else env.timeout(t - env.now))
+
+            def land(_: object) -> None:  # from a few ulps short of t, t - now is exact
+                if env.now < t:
+                    env.timeout(t - env.now)
+
+            env.timeout(delay_below(env.now, t)).callbacks.append(land)
 
 
 def landing_delay(now: float, t: float) -> float:
