@@ -86,8 +86,9 @@ def resolve(plan: JobPlan, cursor: AvailabilityCursor, pause: bool) -> Resolutio
     ``cursor`` answers the availability queries (it is only advanced to the start time) and
     ``pause`` is the fleet's offline mode (``False``: abort).
     """
-    n = plan.size
-    t0 = float(np.asarray(plan.t_start).flat[0]) if n else 0.0
+    if not isinstance(plan.t_start, (int, float)):
+        raise ValueError("resolve takes the jobs of one cohort, all starting at one time")
+    n, t0 = plan.size, float(plan.t_start)
     av = cursor.av
     p, on_from, off = cursor.current(plan.devices, t0)
     online = on_from <= t0
