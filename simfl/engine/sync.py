@@ -419,10 +419,11 @@ def _resolved_round(
     rnd.status[stopped] = LATE if late else CANCELLED
     rnd.t_end[stopped] = t_close
     rnd.closed = True
-    pending = res.next_after(t_close)[stopped]
-    pending = pending[np.isfinite(pending)]
-    if pending.size:
-        playback.leave(float(pending.max()))
+    if stopped.size:  # their pending timeouts stay in the schedule, as the processes' do
+        pending = res.next_after(t_close)[stopped]
+        pending = pending[np.isfinite(pending)]
+        if pending.size:
+            playback.leave(float(pending.max()))
 
 
 def _sleep_until(env: simpy.Environment, t: float) -> Generator[Any, Any, None]:

@@ -444,9 +444,9 @@ class AvailabilityCursor:
         return np.where(left, av.starts[q], math.inf), np.where(left, av.ends[q], math.inf)
 
     def _move(self, rows: NDArray[np.int64], t: float) -> None:
-        """Move the pointers of devices ``rows`` past their intervals ended by ``t``."""
+        """Move the pointers of devices ``rows`` (whose interval ended by ``t``) past ``t``."""
         ends = self.av.ends
-        p, hi = self.ptr[rows], self.hi[rows]
+        p, hi = self.ptr[rows] + 1, self.hi[rows]  # each row's interval has ended by t
         while True:
             move = (p < hi) & (ends[np.minimum(p, ends.size - 1)] <= t)
             if not move.any():
