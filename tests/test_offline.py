@@ -8,6 +8,7 @@ must give the same frames bit for bit, ties, deadlines, dropouts, partial work a
 included.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -131,6 +132,26 @@ def test_rounds_whose_events_tie_at_the_close_equal_the_live_processes(policy):
     av = Availability.exponential(8, mean_on=5.0, mean_off=1.0, horizon=200.0, seed=2)
     fast = assert_same(scenario(av, "pause", dists.Constant(1.0), policy, rounds=8))
     assert len(fast.clients) > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FastestKWithDeadline(policies.FastestK):
+    """Over-selection and a deadline: the quota's arrival can fall on the deadline."""
+
+    deadline: float = 1.0
+
+    def plan(self, state, view):
+        state, plan = super().plan(state, view)
+        return state, dataclasses.replace(plan, deadline=self.deadline)
+
+
+def test_a_quota_arrival_exactly_at_the_deadline_equals_the_live_processes():
+    # jobs of 1 s or 3 s: the first arrival often lands exactly on the 1 s deadline, where the
+    # order of the events (the deadline's, the job's zero-second upload) decides the statuses
+    av = Availability.always(6)
+    policy = FastestKWithDeadline(k=1, overcommit=1.0, deadline=1.0)
+    fast = assert_same(scenario(av, "abort", dists.Empirical([1.0, 3.0]), policy, rounds=10))
+    assert set(fast.clients["status"]) == {"late"}  # the upload finishes after the deadline
 
 
 def test_jobs_paused_for_ever_end_the_run_offline_alike():

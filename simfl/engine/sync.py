@@ -357,8 +357,8 @@ def _resolved_close(
         closer = int(order[int(np.flatnonzero(np.cumsum(arrives[order]) >= quota)[0])])
         t_close = float(t_res[closer])
     late = False
-    if deadline is not None and t0 + deadline <= t_close:
-        t_close, late = t0 + deadline, True
+    if deadline is not None and t0 + deadline <= t_close:  # any event at it is a tie
+        t_close, late, closer = t0 + deadline, True, -1
     elif closer < 0:
         return t_close, False  # every job resolved: the order they did so in changes nothing
     at = res.times == t_close
