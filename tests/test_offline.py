@@ -202,6 +202,7 @@ POLICIES = [
     policies.Deadline(1.5, count=6),
     policies.Deadline(2.0, count=6, partial=True),
     policies.FastestK(k=3, overcommit=1.0),
+    FastestKWithDeadline(k=3, overcommit=1.0, deadline=1.5),
     policies.AdaptiveDeadline(fraction=0.5, initial=1.0),
     policies.FedAsync(concurrency=4),
     policies.FedBuff(buffer_size=3, concurrency=5),
