@@ -106,7 +106,7 @@ def linear_experiment(seeds: int, rounds: int) -> pd.DataFrame:
                 },
             )
             cases += [sweeps.Case(c.scenario, {**c.labels, "setting": s.name}) for c in grid]
-    return sweep(cases, progress=False).frame.drop(columns="run_id")
+    return sweep(cases, workers=1, progress=False).frame.drop(columns="run_id")
 
 
 def expected_kth(scales: np.ndarray, k: int, ct: float = 0.0) -> float:
