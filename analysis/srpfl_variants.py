@@ -362,7 +362,7 @@ def main() -> None:
     )
     print(table.to_string(index=False, float_format=fmt))
     print("paper: curves only (SRPFL ahead in every variant; smaller benefit as C.T. grows)")
-    timing_rounds = 300 if args.quick else 2000
+    timing_rounds = 100 if args.quick else 2000
     timing = pd.DataFrame(
         [
             {"setting": s.name, **round_times(s, timing_rounds)}
