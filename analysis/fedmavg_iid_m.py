@@ -5,7 +5,7 @@ m = P/10 only; its TCGA experiment states that "the number of participating clie
 effect on convergence under i.i.d. data but a much larger effect under non-i.i.d. data", and the
 analysis says the diminishing Q2^s = floor(Q_hat/s) + 1 matters because of the non-i.i.d. error
 terms. TCGA cannot ship ("needs your copy of TCGA"), so both are run on the synthetic clustering
-set of ``analysis/fedmavg.py`` (its default size M=500, N=5000, K=20, P=100, here 60 rounds;
+set of ``analysis/fedmavg.py`` at M=300, N=3000, K=20, P=100, 60 rounds, one seed (for time;
 ``--quick``: M=100, N=1000, K=5, P=20, 30 rounds) with ``split="iid"`` (Case 1) and
 ``split="noniid"`` (Case 2):
 
@@ -38,7 +38,7 @@ from simfl import Fleet, Scenario, dists, policies, run
 from simfl.algorithms.fedmavg import FedMAvg
 from simfl.tasks.matrix import SyntheticClustering
 
-FULL = dataclasses.replace(fedmavg.FULL, rounds=60)
+FULL = fedmavg.Size(300, 3000, 20, 100, 60, 1)
 QUICK = dataclasses.replace(fedmavg.QUICK, rounds=30, seeds=1)
 SPLITS = ("iid", "noniid")
 

