@@ -69,6 +69,8 @@ def tune(
 #: Where the full-size runs write their numbers (the README's tables are rendered from them).
 RESULTS = HERE / "results"
 
+#: The papers a claim can belong to ("theory": a closed form the simulator must match).
+PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
 #: The values a claim's ``status`` takes in the README's reproduction table.
 STATUSES = ("reproduced", "qualitative", "not reproduced", "not attempted")
 
@@ -77,6 +79,8 @@ def claim(
     paper: str, claim: str, paper_value: str, ours: str, status: str, why: str = ""
 ) -> dict[str, str]:
     """One row of the README's reproduction table (see :func:`write_results`)."""
+    if paper not in PAPERS:
+        raise ValueError(f"claim paper must be one of {PAPERS}, got {paper!r}")
     if status not in STATUSES:
         raise ValueError(f"claim status must be one of {STATUSES}, got {status!r}")
     if status != "reproduced" and not why:
@@ -113,28 +117,33 @@ def write_results(
     import json
 
     quick = bool(getattr(args, "quick", False))
-    folder = Path(args.out) if quick else RESULTS
+    chosen = getattr(args, "results", None)  # an explicit --results DIR
+    folder = Path(chosen) if chosen else Path(args.out) if quick else RESULTS
     folder.mkdir(parents=True, exist_ok=True)
     data = {
         "script": f"analysis/{stem}.py",
         "size": "quick" if quick else "full",
         "checks": checks,
         "measured": measured,
-        "numbers": numbers,
+        "numbers": _plain(numbers),
         "claims": claims,
     }
     path = folder / f"{stem}.json"
-    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=_plain) + "\n")
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"results: {path}")
     return path
 
 
 def _plain(value: object) -> object:
-    """numpy scalars and arrays as plain JSON values."""
-    import numpy as np
+    """JSON-ready: numpy scalars and arrays to Python values, NaN and inf to ``None``."""
+    import math
 
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} to a results file")
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return _plain(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _results
 import fedmavg
-from _common import parser, save
+from _common import claim, parser, save, write_results
 
 from simfl import Fleet, Scenario, dists, policies, run
 from simfl.algorithms.fedmavg import FedMAvg
@@ -114,7 +113,7 @@ def claims(eff: pd.DataFrame) -> list[dict[str, str]]:
     q2 = e["Q2=20 - diminishing"]
     why = "synthetic clustering set (fedmavg.py) instead of TCGA (needs your copy of TCGA)"
     return [
-        _results.claim(
+        claim(
             "FedMAvg",
             "m has little effect on convergence under i.i.d. data and a much larger one under "
             "non-i.i.d. data (TCGA convergence figure)",
@@ -124,7 +123,7 @@ def claims(eff: pd.DataFrame) -> list[dict[str, str]]:
             "qualitative",
             why,
         ),
-        _results.claim(
+        claim(
             "FedMAvg",
             "the diminishing Q2 schedule matters because of the non-i.i.d. error terms (Sec. 3 "
             "analysis, Fig. 1 a/b on Case 2)",
@@ -151,8 +150,15 @@ def main() -> None:
     for c in cl:
         print(f"[{c['status']}] {c['claim']}: paper {c['paper_value']}; ours {c['ours']}")
     numbers = {"effects": eff.to_dict(orient="records"), "size_setting": dataclasses.asdict(size)}
-    path = _results.write("fedmavg_iid_m", numbers, cl, quick=args.quick, out=args.results)
-    print(f"results: {path}")
+    write_results(
+        args,
+        "fedmavg_iid_m",
+        numbers,
+        cl,
+        checks="FedMAvg i.i.d. vs non-i.i.d. split, m in {1, P/10, P/2, P}, constant "
+        "vs diminishing Q2",
+        measured="; ".join(c["ours"] for c in cl if c["ours"] and c["status"] != "not attempted"),
+    )
     figure(frame, args.out)
 
 

@@ -40,8 +40,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _results
-from _common import parser, save
+from _common import claim, parser, save, write_results
 
 from simfl import Fleet, Scenario, dists, policies, run
 
@@ -192,7 +191,7 @@ def claims(t: pd.DataFrame, data: str) -> list[dict[str, str]]:
     for name, (rot, reg) in PAPER.items():
         r = t.loc[name]
         out.append(
-            _results.claim(
+            claim(
                 "LG-FedAvg",
                 f"Table 3, C = 0.0: {name} on the new device's rotated digits / on regular MNIST "
                 "after the new device learned",
@@ -233,8 +232,15 @@ def main() -> None:
         "setting": dataclasses.asdict(s),
         "data": data,
     }
-    path = _results.write("lg_rotated", numbers, cl, quick=args.quick, out=args.results)
-    print(f"results: {path}")
+    write_results(
+        args,
+        "lg_rotated",
+        numbers,
+        cl,
+        checks="LG-FedAvg Table 3 (C = 0.0): a new device with rotated digits, "
+        "accuracy on rotated and regular digits",
+        measured="; ".join(c["ours"] for c in cl if c["ours"] and c["status"] != "not attempted"),
+    )
     figure(t, args.out)
 
 

@@ -41,8 +41,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _results
-from _common import parser, save
+from _common import claim, parser, save, write_results
 
 from simfl import Fleet, Scenario, algorithms, compare, dists, policies, run, sweep, sweeps, tasks
 
@@ -283,7 +282,7 @@ def claims(
     s95 = float(tta[tta["of final"] == 0.95]["speedup"].iloc[0])
     cts = ", ".join(f"C.T.={ct:g}: {t.loc[(f'C.T.={ct:g}', 'early'), 'speedup']:.2f}" for ct in CTS)
     return [
-        _results.claim(
+        claim(
             "SRPFL",
             "partial participation (frac 0.2, pool of 20): SRPFL ahead of the baseline at equal "
             "wall-clock time (Sec. 5 partial-participation figures)",
@@ -292,7 +291,7 @@ def claims(
             "qualitative",
             linear,
         ),
-        _results.claim(
+        claim(
             "SRPFL",
             "random computation times, client means U[1, 100]: SRPFL ahead at equal time",
             "curves only",
@@ -301,7 +300,7 @@ def claims(
             linear + "; client means kept fixed (the code's noniid-hyper crashes without "
             "--resample)",
         ),
-        _results.claim(
+        claim(
             "SRPFL",
             "communication-time variants C.T. in {0, 1, 10, 100}: the benefit shrinks as C.T. "
             "grows",
@@ -310,7 +309,7 @@ def claims(
             "qualitative",
             linear + "; C.T. as a per-transfer latency of C.T./2",
         ),
-        _results.claim(
+        claim(
             "SRPFL",
             "a round lasts as long as its slowest participant: the n0 = 10 fastest of a pool of "
             "20 Exp(1) clients take E[T_(10:20)] = H_20 - H_10, all 20 take H_20 (Sec. 4)",
@@ -318,7 +317,7 @@ def claims(
             rt("partial 0.2"),
             "reproduced",
         ),
-        _results.claim(
+        claim(
             "SRPFL",
             "the same order statistics with client means U[1, 100] (numerical integral over "
             "the drawn means, fleet seed 0)",
@@ -327,7 +326,7 @@ def claims(
             rt("U[1,100] means"),
             "reproduced",
         ),
-        _results.claim(
+        claim(
             "SRPFL",
             "FLANP+FT ahead of FedAvg+FT at equal wall-clock time (Sec. 5 figures, CIFAR-10 / "
             "EMNIST / FEMNIST)",
@@ -403,8 +402,15 @@ def main() -> None:
         "seeds": seeds,
         "rounds": rounds,
     }
-    path = _results.write("srpfl_variants", numbers, cl, quick=args.quick, out=args.results)
-    print(f"results: {path}")
+    write_results(
+        args,
+        "srpfl_variants",
+        numbers,
+        cl,
+        checks="SRPFL partial participation (0.2), client means U[1,100], "
+        "communication time C.T. in {0,1,10,100}, FLANP vs FedAvg on MNIST",
+        measured="; ".join(c["ours"] for c in cl if c["ours"] and c["status"] != "not attempted"),
+    )
     figure(frame, img_frame, table, args.out)
 
 

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "analysis"))
 
-import _results  # noqa: E402
+import _common  # noqa: E402
 
 pytest.importorskip("torch")
 
@@ -47,23 +47,27 @@ def quick(script: str, tmp_path: Path) -> dict:
     assert body["size"] == "quick"
     for c in body["claims"]:
         assert set(c) == {"paper", "claim", "paper_value", "ours", "status", "why"}
-        assert c["status"] in _results.STATUSES and c["paper"] in _results.PAPERS
-    return body
+        assert c["status"] in _common.STATUSES and c["paper"] in _common.PAPERS
+    return {**body["numbers"], "claims": body["claims"]}
 
 
 def test_results_file_convention(tmp_path):
-    c = _results.claim("SRPFL", "x", "1", "2", "reproduced")
-    with pytest.raises(ValueError, match="quick run"):
-        _results.write("x", {}, [c], quick=True)  # never over analysis/results
+    import argparse
+
+    c = _common.claim("SRPFL", "x", "1", "2", "reproduced")
     with pytest.raises(ValueError, match="say why"):
-        _results.claim("SRPFL", "x", "1", "2", "qualitative")
+        _common.claim("SRPFL", "x", "1", "2", "qualitative")
     with pytest.raises(ValueError, match="paper must be one of"):
-        _results.claim("FedXYZ", "x", "1", "2", "reproduced")
-    path = _results.write(
-        "x", {"b": np.float64(1.5), "a": [math.nan]}, [c], quick=True, out=tmp_path
+        _common.claim("FedXYZ", "x", "1", "2", "reproduced")
+    args = argparse.Namespace(quick=True, out=str(tmp_path / "figs"), results=str(tmp_path))
+    path = _common.write_results(
+        args, "x", {"b": np.float64(1.5), "a": [math.nan]}, [c], checks="c", measured="m"
     )
+    assert path.parent == tmp_path  # a quick run never writes over analysis/results
     text = path.read_text()
-    assert json.loads(text) == {"a": [None], "b": 1.5, "claims": [c], "size": "quick"}
+    body = json.loads(text)
+    assert body["numbers"] == {"a": [None], "b": 1.5}
+    assert body["claims"] == [c] and body["size"] == "quick"
     assert text.index('"a"') < text.index('"b"')  # keys sorted
 
 
