@@ -240,7 +240,7 @@ def test_scenario_repr_and_replace():
     assert other == dataclasses.replace(sc, seed=3) and other != sc
     assert other.fleet is sc.fleet and other.policy is sc.policy  # the rest is shared
     # replace re-validates: a bad field fails at construction, naming the field
-    with pytest.raises(ValueError, match="Scenario.seed"):
+    with pytest.raises(ValueError, match=r"Scenario\.seed"):
         dataclasses.replace(sc, seed=-1)
     assert "TimingOnly" in repr(sc)
 
