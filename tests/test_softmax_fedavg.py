@@ -19,7 +19,6 @@ from simfl.tasks.w1_data import make_w1
 from tests.helpers import arrived, rows
 
 
-
 def peers_generator() -> Path:
     """The peers' W1 generator: ``$SIMFL_PEERS/w1_data.py``, else ``../shared/peers`` beside the
     repository (the workspace layout; a plain clone has neither)."""
