@@ -31,7 +31,7 @@ from simfl.policies.fedcs import FedCS
 from simfl.policies.hierarchical import EdgeAggregation
 from simfl.policies.observed import Observations
 from simfl.policies.oort import Exploration, Oort, OortState, Pacer
-from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState
+from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState, flanp
 from simfl.policies.sync import Deadline, FastestK, WaitAll
 from simfl.policies.tiered import FedAT, FedATState
 from simfl.policies.tifl import TiFL, TiFLState
@@ -68,4 +68,5 @@ __all__ = [
     "cohort_size",
     "sample_uniform",
     "sample_weighted",
+    "flanp",
 ]
