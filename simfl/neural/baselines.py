@@ -379,6 +379,11 @@ class SCAFFOLD(Baseline):
 
     def initial_extra(self, state: NeuralState) -> Params:
         """The server control ``c = 0``."""
+        return self._zero_controls(state)
+
+    @staticmethod
+    def _zero_controls(state: NeuralState) -> Params:
+        """A client's control before it first takes part: ``c_i = 0``."""
         return {n: torch.zeros_like(p) for n, p in state.shared.items()}
 
     def local_updates(  # noqa: D102
@@ -394,7 +399,7 @@ class SCAFFOLD(Baseline):
         net, sgd = state.network, self.optimizer
         idx, counts = self._data(data, clients)
         y = _stack_copy(state.shared, clients.size)
-        c_i = state.stacked(clients, state.extra)
+        c_i = state.stacked(clients, self._zero_controls(state))
         corr = {n: state.extra[n] - c_i[n] for n in y}
         mom = Momentum(sgd)
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
@@ -419,7 +424,7 @@ class SCAFFOLD(Baseline):
         assert isinstance(state, BaselineState)
         avg = weighted_means(updates, tuple(state.shared))
         shared = {n: p + self.server_lr * (avg[n] - p) for n, p in state.shared.items()}
-        old = state.stacked(updates.clients, state.extra).items()
+        old = state.stacked(updates.clients, self._zero_controls(state)).items()
         n_clients = state.sizes.size
         extra = {
             n: state.extra[n]
