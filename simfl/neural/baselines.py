@@ -223,18 +223,30 @@ class Momentum:
     bufs: dict[str, Tensor] = field(default_factory=dict)
 
     def step(self, params: Params, grad: Params, active: BoolArray) -> None:
-        """``g = grad + wd w``; ``buf = momentum buf + g``; ``w -= lr buf`` (active clients)."""
+        """``g = grad + wd w``; ``buf = momentum buf + g``; ``w -= lr buf`` (active clients).
+
+        ``grad``'s tensors are fresh and may be changed in place.
+        """
+        sgd = self.sgd
+        everyone = bool(active.all())
         act = torch.from_numpy(active)
         with torch.no_grad():
             for n, g in grad.items():
                 p = params[n]
-                mask = act.reshape(-1, *([1] * (p.dim() - 1)))
-                if self.sgd.weight_decay and n.endswith(".weight"):
-                    g = g + self.sgd.weight_decay * p
+                if sgd.weight_decay and n.endswith(".weight"):
+                    g.add_(p, alpha=sgd.weight_decay)
                 buf = self.bufs.get(n)
-                new = g if buf is None else buf * self.sgd.momentum + g
-                self.bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
-                p.add_(self.bufs[n] * mask, alpha=-self.sgd.lr)
+                if everyone:  # torch.optim.SGD's own in-place order
+                    if buf is None:
+                        self.bufs[n] = buf = g
+                    else:
+                        buf.mul_(sgd.momentum).add_(g)
+                    p.add_(buf, alpha=-sgd.lr)
+                else:
+                    mask = act.reshape(-1, *([1] * (p.dim() - 1)))
+                    new = g if buf is None else buf * sgd.momentum + g
+                    self.bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
+                    p.add_(self.bufs[n] * mask, alpha=-sgd.lr)
 
 
 def _masked(active: BoolArray, like: Tensor) -> Tensor:
@@ -280,7 +292,10 @@ class Baseline(NeuralAlgorithm):
         index = data.train_index(clients)
         return torch.from_numpy(index), (index >= 0).sum(axis=1)
 
-    def _rngs(self, streams: Streams, clients: IntArray, round: int, key: str = "neural/batches"):  # type: ignore[no-untyped-def]
+    def _rngs(
+        self, streams: Streams, clients: IntArray, round: int, key: str = "neural/batches"
+    ) -> list[np.random.Generator]:
+        """Each client's keyed minibatch stream ``(key, client, round)``."""
         return [streams.generator(key, int(c), round) for c in clients]
 
     def _scores(
