@@ -53,7 +53,6 @@ from simfl.neural.baselines import (
     L2GD,
     SCAFFOLD,
     SCAFFOLDFT,
-    BaselineState,
     Ditto,
     NeuralFedNova,
     PerFedAvg,
@@ -72,6 +71,7 @@ from simfl.neural.data import (
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
 from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
+from simfl.neural.personal import BaselineState
 from simfl.neural.task import ClientImages, ImageClassification
 from simfl.neural.train import SGD, Phase
 

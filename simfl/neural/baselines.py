@@ -82,13 +82,11 @@ Methods, papers and departures:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as nnf
 from numpy.typing import NDArray
 from torch import Tensor
 
@@ -96,10 +94,25 @@ from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
 from simfl.algorithms.fednova import fednova
 from simfl.neural.algorithms import NeuralFedAvg
-from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState, weighted_means
-from simfl.neural.models import Net, Params
+from simfl.neural.base import NeuralState, weighted_means
+from simfl.neural.models import Params
+from simfl.neural.personal import (
+    CONTROL,
+    PERSONAL,
+    Baseline,
+    BaselineState,
+    Momentum,
+    batch_loss,
+    check_common,
+    grads,
+    leaves,
+    masked,
+    mean_loss,
+    minibatches,
+    stack_copy,
+)
 from simfl.neural.task import ClientImages
-from simfl.neural.train import DEFAULT_SGD, SGD, Phase, epoch_order, evaluate_cohort, train_cohort
+from simfl.neural.train import DEFAULT_SGD, SGD, Phase, train_cohort
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 
@@ -108,7 +121,6 @@ __all__ = [
     "HFMAML",
     "L2GD",
     "SCAFFOLD",
-    "BaselineState",
     "Ditto",
     "NeuralFedNova",
     "PFedMe",
@@ -117,247 +129,10 @@ __all__ = [
 ]
 
 IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
-#: Prefixes of the per-client tensors an update carries besides the trained model.
-PERSONAL = "personal/"
 #: Per-FedAvg's and HF-MAML's outer step: plain SGD with SRPFL's beta = 0.1.
 META_SGD = SGD(lr=0.1, momentum=0.0, weight_decay=0.0)
 #: pFedMe's MNIST settings: eta = 0.005, minibatches of 20, plain SGD.
 PFEDME_SGD = SGD(lr=0.005, momentum=0.0, weight_decay=0.0, batch_size=20)
-CONTROL = "control/"
-
-
-@dataclass(frozen=True)
-class BaselineState(NeuralState):
-    """:class:`~simfl.neural.base.NeuralState` plus what the baselines keep besides the model."""
-
-    #: Each client's own tensors (personal model, SCAFFOLD control, APFL's ``alpha``).
-    personal: Mapping[int, Params] = field(default_factory=dict)
-    #: Server tensors besides the model (SCAFFOLD's control ``c``).
-    extra: Params = field(default_factory=dict)
-    #: The initial model (every client's personal model before it first takes part).
-    start: Params = field(default_factory=dict)
-
-    def stacked(self, clients: IntArray, default: Params) -> Params:
-        """The ``personal`` tensors of ``clients`` named in ``default``, stacked (client axis)."""
-        return {
-            n: torch.stack([self.personal.get(int(c), default)[n] for c in clients])
-            for n in default
-        }
-
-
-# ---------------------------------------------------------------------- batched SGD pieces
-def _stack_copy(params: Params, c: int) -> Params:
-    """Each of ``params`` (no client axis) expanded to ``(c, ...)`` as a new leaf with grad."""
-    return {
-        n: p.detach().expand(c, *p.shape).clone().requires_grad_(True) for n, p in params.items()
-    }
-
-
-def _leaves(params: Params) -> Params:
-    """New leaves (requiring grad) with the values of stacked ``params``."""
-    return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
-
-
-def batch_loss(net: Net, params: Params, x: Tensor, y: Tensor, idx: Tensor, pos: Tensor) -> Tensor:
-    """Each client's mean cross-entropy on its minibatch ``pos`` (-1: none; 0 for no sample).
-
-    ``idx`` ``(C, Nmax)`` holds each client's sample indices into ``x`` (padded with -1), ``pos``
-    ``(C, B)`` positions into its row.
-    """
-    valid = pos >= 0
-    ids = idx.gather(1, pos.clamp(min=0))
-    flat = ids.clamp(min=0)
-    logits = net.forward(params, x[flat.reshape(-1)].reshape(*flat.shape, *x.shape[1:]))
-    ce = nnf.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), y[flat].reshape(-1), reduction="none"
-    ).reshape(ids.shape)
-    return (ce * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
-
-
-def grads(loss: Tensor, params: Params) -> Params:
-    """Gradient of the cohort's summed loss: each client's own, by parameter name."""
-    values = torch.autograd.grad(loss.sum(), list(params.values()))
-    return dict(zip(params, values, strict=True))
-
-
-def minibatches(
-    rngs: Sequence[np.random.Generator],
-    counts: IntArray,
-    batch_size: int,
-    epochs: int,
-    limit: NDArray[np.float64] | None = None,
-    roles: int = 1,
-) -> Iterator[tuple[list[Tensor], BoolArray]]:
-    """The cohort's local steps: per step, ``roles`` position batches ``(C, B)`` and who steps.
-
-    Every epoch each client draws ``roles`` permutations (:func:`~simfl.neural.train.
-    epoch_order`) in role order; a client steps while it has batches left and has taken fewer
-    than ``limit`` steps (its positions are -1 otherwise).
-    """
-    c = len(rngs)
-    done = np.zeros(c)
-    for _ in range(epochs):
-        orders = []
-        for _role in range(roles):
-            rows = [epoch_order(rngs[i], int(counts[i]), batch_size) for i in range(c)]
-            out = np.full((c, max(r.shape[0] for r in rows), batch_size), -1, dtype=np.int64)
-            for i, r in enumerate(rows):
-                out[i, : r.shape[0]] = r
-            orders.append(out)
-        for s in range(orders[0].shape[1]):
-            active = orders[0][:, s, 0] >= 0
-            if limit is not None:
-                active &= done < limit
-            if not active.any():
-                continue
-            yield [torch.from_numpy(np.where(active[:, None], o[:, s], -1)) for o in orders], active
-            done[active] += 1
-
-
-@dataclass
-class Momentum:
-    """``torch.optim.SGD``'s step for stacked parameters, masked per client (in place)."""
-
-    sgd: SGD
-    bufs: dict[str, Tensor] = field(default_factory=dict)
-
-    def step(self, params: Params, grad: Params, active: BoolArray) -> None:
-        """``g = grad + wd w``; ``buf = momentum buf + g``; ``w -= lr buf`` (active clients).
-
-        ``grad``'s tensors are fresh and may be changed in place.
-        """
-        sgd = self.sgd
-        everyone = bool(active.all())
-        act = torch.from_numpy(active)
-        with torch.no_grad():
-            for n, g in grad.items():
-                p = params[n]
-                if sgd.weight_decay and n.endswith(".weight"):
-                    g.add_(p, alpha=sgd.weight_decay)
-                buf = self.bufs.get(n)
-                if everyone:  # torch.optim.SGD's own in-place order
-                    if buf is None:
-                        self.bufs[n] = buf = g
-                    else:
-                        buf.mul_(sgd.momentum).add_(g)
-                    p.add_(buf, alpha=-sgd.lr)
-                else:
-                    mask = act.reshape(-1, *([1] * (p.dim() - 1)))
-                    new = g if buf is None else buf * sgd.momentum + g
-                    self.bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
-                    p.add_(self.bufs[n] * mask, alpha=-sgd.lr)
-
-
-def _masked(active: BoolArray, like: Tensor) -> Tensor:
-    return torch.from_numpy(active).reshape(-1, *([1] * (like.dim() - 1)))
-
-
-# ---------------------------------------------------------------------- the common base
-class Baseline(NeuralAlgorithm):
-    """Base of the baselines: every layer shared, a :class:`BaselineState`, own evaluation."""
-
-    epochs: int
-    #: Forward and backward passes per sample of each local epoch (for ``work``).
-    passes: ClassVar[float] = 1.0
-
-    def local_layers(self, network: Net) -> tuple[str, ...]:
-        return ()
-
-    def local_epochs(self) -> int:
-        """Epochs of minibatch steps of a round (what ``job_steps`` counts)."""
-        return self.epochs
-
-    def phases(self, network: Net) -> tuple[Phase, ...]:
-        return (Phase(network.layer_names, self.local_epochs()),)
-
-    def work(self, state: NeuralState, clients: IntArray) -> NDArray[np.float64]:
-        """GMAC: samples x epochs x per-sample training cost x :attr:`passes`."""
-        return np.asarray(super().work(state, clients) * self.passes, dtype=np.float64)
-
-    def initial_state(self, data: ClientImages, streams: Streams) -> BaselineState:
-        base = super().initial_state(data, streams)
-        values = {f.name: getattr(base, f.name) for f in fields(base)}
-        return BaselineState(**values, start=dict(base.shared), extra=self.initial_extra(base))
-
-    def initial_extra(self, state: NeuralState) -> Params:
-        """The server's extra tensors before round 0 (default: none)."""
-        return {}
-
-    def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
-        """The models ``clients`` are evaluated with (default: the global model)."""
-        return dict(state.shared)
-
-    def _data(self, data: ClientImages, clients: IntArray) -> tuple[Tensor, IntArray]:
-        index = data.train_index(clients)
-        return torch.from_numpy(index), (index >= 0).sum(axis=1)
-
-    def _rngs(
-        self, streams: Streams, clients: IntArray, round: int, key: str = "neural/batches"
-    ) -> list[np.random.Generator]:
-        """Each client's keyed minibatch stream ``(key, client, round)``."""
-        return [streams.generator(key, int(c), round) for c in clients]
-
-    def _scores(
-        self, state: NeuralState, data: ClientImages
-    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]]:
-        """Per chunk of evaluated clients: correct predictions, loss sum, samples."""
-        assert isinstance(state, BaselineState)
-        net = state.network
-        clients = data.eval_clients
-        for i in range(0, clients.size, EVAL_CHUNK):
-            chunk = clients[i : i + EVAL_CHUNK]
-            params = self.eval_params(state, data, chunk)
-            if self.finetune_epochs > 0:
-                rngs = self._rngs(data.streams, chunk, state.round, "neural/finetune")
-                params, _ = train_cohort(
-                    net,
-                    params,
-                    data.x_train,
-                    data.y_train,
-                    data.train_index(chunk),
-                    (Phase(net.head, self.finetune_epochs),),
-                    self.optimizer,
-                    rngs,
-                )
-            index = data.test_index(chunk)
-            hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)
-            yield hits, losses, (index >= 0).sum(axis=1)
-
-    def _updates(
-        self, state: NeuralState, clients: IntArray, params: Params, loss: NDArray[np.float64]
-    ) -> Updates:
-        return Updates(
-            clients.astype(np.int64),
-            {n: p.detach().numpy() for n, p in params.items()},
-            loss=np.nan_to_num(loss, nan=0.0),
-            weight=state.sizes[clients],
-        )
-
-    def _personal_rows(
-        self, state: BaselineState, updates: Updates, prefix: str
-    ) -> dict[int, Params]:
-        """Each updated client's ``personal`` tensors with the ``prefix`` rows of ``updates``."""
-        names = [n for n in updates.params if n.startswith(prefix)]
-        out: dict[int, Params] = dict(state.personal)
-        for j, c in enumerate(updates.clients):
-            own = dict(out.get(int(c), {}))
-            for n in names:
-                own[n[len(prefix) :]] = torch.from_numpy(np.array(updates.params[n][j]))
-            out[int(c)] = own
-        return out
-
-
-def _check_common(owner: str, epochs: int, optimizer: SGD, finetune_epochs: int = 0) -> None:
-    check_int(f"{owner}.epochs", epochs, low=1)
-    if not isinstance(optimizer, SGD):
-        raise ValueError(f"{owner}.optimizer must be a simfl.neural.SGD, got {optimizer!r}")
-    check_int(f"{owner}.finetune_epochs", finetune_epochs, low=0)
-
-
-def _mean_loss(loss_sum: NDArray[np.float64], steps: NDArray[np.float64]) -> NDArray[np.float64]:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(loss_sum / steps, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- SCAFFOLD
@@ -389,7 +164,7 @@ class SCAFFOLD(Baseline):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        _check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
         check_real(f"{owner}.server_lr", self.server_lr, low=0.0, low_open=True)
 
     def initial_extra(self, state: NeuralState) -> Params:
@@ -413,7 +188,7 @@ class SCAFFOLD(Baseline):
         assert isinstance(state, BaselineState)
         net, sgd = state.network, self.optimizer
         idx, counts = self._data(data, clients)
-        y = _stack_copy(state.shared, clients.size)
+        y = stack_copy(state.shared, clients.size)
         c_i = state.stacked(clients, self._zero_controls(state))
         corr = {n: state.extra[n] - c_i[n] for n in y}
         mom = Momentum(sgd)
@@ -432,7 +207,7 @@ class SCAFFOLD(Baseline):
             moved = (state.shared[n] - p.detach()) / scale.clamp(min=1e-30)
             new_c = c_i[n] - state.extra[n] + moved
             params[CONTROL + n] = torch.where(scale > 0, new_c, c_i[n])
-        return self._updates(state, clients, params, _mean_loss(loss_sum, steps))
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """``x += server_lr (avg y - x)``; ``c += (1/N) sum (c_i+ - c_i)``; store ``c_i+``."""
@@ -487,7 +262,7 @@ class Ditto(Baseline):
     )
 
     def __post_init__(self) -> None:
-        _check_common("Ditto", self.epochs, self.optimizer)
+        check_common("Ditto", self.epochs, self.optimizer)
         check_int("Ditto.personal_epochs", self.personal_epochs, low=1)
         check_real("Ditto.lam", self.lam, low=0.0)
 
@@ -581,7 +356,7 @@ class APFL(Baseline):
     )
 
     def __post_init__(self) -> None:
-        _check_common("APFL", self.epochs, self.optimizer)
+        check_common("APFL", self.epochs, self.optimizer)
         check_real("APFL.alpha", self.alpha, low=0.0, high=1.0)
         object.__setattr__(self, "adapt", check_bool("APFL.adapt", self.adapt))
         if self.alpha_lr is not None:
@@ -604,7 +379,7 @@ class APFL(Baseline):
         idx, counts = self._data(data, clients)
         own = state.stacked(clients, self._personal_default(state))
         a = own.pop("alpha").clone()
-        w, v = _stack_copy(state.shared, clients.size), _leaves(own)
+        w, v = stack_copy(state.shared, clients.size), leaves(own)
         mom_w, mom_v = Momentum(sgd), Momentum(sgd)
         a_lr = sgd.lr if self.alpha_lr is None else self.alpha_lr
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
@@ -625,7 +400,7 @@ class APFL(Baseline):
             loss_sum[active] += mixed_loss.detach().numpy()[active]
             steps[active] += 1
         params = {**w, **{PERSONAL + n: p for n, p in v.items()}, PERSONAL + "alpha": a}
-        return self._updates(state, clients, params, _mean_loss(loss_sum, steps))
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """Size-weighted average of the ``w``; clients keep their ``v`` and ``a``."""
@@ -677,7 +452,7 @@ class PerFedAvg(Baseline):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        _check_common(owner, self.epochs, self.optimizer)
+        check_common(owner, self.epochs, self.optimizer)
         check_real(f"{owner}.alpha", self.alpha, low=0.0, low_open=True)
         check_choice(f"{owner}.hessian", self.hessian, ("fo", "hf"))
         check_real(f"{owner}.delta", self.delta, low=0.0, low_open=True)
@@ -698,7 +473,7 @@ class PerFedAvg(Baseline):
     ) -> Updates:
         net, sgd = state.network, self.optimizer
         idx, counts = self._data(data, clients)
-        w = _stack_copy(state.shared, clients.size)
+        w = stack_copy(state.shared, clients.size)
         mom = Momentum(sgd)
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
@@ -706,12 +481,12 @@ class PerFedAvg(Baseline):
         x, y = data.x_train, data.y_train
         for pos, active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit, roles):
             g = grads(batch_loss(net, w, x, y, idx, pos[0]), w)
-            tmp = _leaves({n: w[n].detach() - self.alpha * g[n] for n in w})
+            tmp = leaves({n: w[n].detach() - self.alpha * g[n] for n in w})
             outer = batch_loss(net, tmp, x, y, idx, pos[1])
             d = grads(outer, tmp)
             if self.hessian == "hf":
-                plus = _leaves({n: w[n].detach() + self.delta * d[n] for n in w})
-                minus = _leaves({n: w[n].detach() - self.delta * d[n] for n in w})
+                plus = leaves({n: w[n].detach() + self.delta * d[n] for n in w})
+                minus = leaves({n: w[n].detach() - self.delta * d[n] for n in w})
                 hp = grads(batch_loss(net, plus, x, y, idx, pos[2]), plus)
                 hm = grads(batch_loss(net, minus, x, y, idx, pos[2]), minus)
                 scale = self.alpha / (2 * self.delta)
@@ -719,12 +494,12 @@ class PerFedAvg(Baseline):
             mom.step(w, d, active)
             loss_sum[active] += outer.detach().numpy()[active]
             steps[active] += 1
-        return self._updates(state, clients, w, _mean_loss(loss_sum, steps))
+        return self._updates(state, clients, w, mean_loss(loss_sum, steps))
 
     def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
         """One step ``w - alpha grad f_i(w)`` on each client's whole training set."""
         idx, _ = self._data(data, clients)
-        w = _stack_copy(state.shared, clients.size)
+        w = stack_copy(state.shared, clients.size)
         every = torch.arange(idx.shape[1]).expand(idx.shape[0], -1)
         pos = torch.where(idx >= 0, every, -1)
         g = grads(batch_loss(state.network, w, data.x_train, data.y_train, idx, pos), w)
@@ -775,7 +550,7 @@ class PFedMe(Baseline):
     )
 
     def __post_init__(self) -> None:
-        _check_common("PFedMe", self.epochs, self.optimizer)
+        check_common("PFedMe", self.epochs, self.optimizer)
         check_real("PFedMe.lam", self.lam, low=0.0, low_open=True)
         check_int("PFedMe.inner_steps", self.inner_steps, low=1)
         check_real("PFedMe.personal_lr", self.personal_lr, low=0.0, low_open=True)
@@ -803,8 +578,8 @@ class PFedMe(Baseline):
     ) -> Updates:
         net = state.network
         idx, counts = self._data(data, clients)
-        w = _stack_copy(state.shared, clients.size)
-        theta = _stack_copy(state.shared, clients.size)
+        w = stack_copy(state.shared, clients.size)
+        theta = stack_copy(state.shared, clients.size)
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
         batch = self.optimizer.batch_size
@@ -815,14 +590,14 @@ class PFedMe(Baseline):
                 with torch.no_grad():
                     for n, p in theta.items():
                         move = g[n] + self.lam * (p - w[n])
-                        p.sub_(self.personal_lr * move * _masked(active, p))
+                        p.sub_(self.personal_lr * move * masked(active, p))
             with torch.no_grad():
                 for n, p in w.items():
-                    p.sub_(self.optimizer.lr * self.lam * (p - theta[n]) * _masked(active, p))
+                    p.sub_(self.optimizer.lr * self.lam * (p - theta[n]) * masked(active, p))
             loss_sum[active] += loss.detach().numpy()[active]
             steps[active] += 1
         params = {**w, **{PERSONAL + n: p for n, p in theta.items()}}
-        return self._updates(state, clients, params, _mean_loss(loss_sum, steps))
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """``w <- (1 - beta) w + beta avg(w_i)``; clients keep their ``theta``."""
@@ -863,7 +638,7 @@ class L2GD(Baseline):
     )
 
     def __post_init__(self) -> None:
-        _check_common("L2GD", self.epochs, self.optimizer)
+        check_common("L2GD", self.epochs, self.optimizer)
         check_real("L2GD.mix", self.mix, low=0.0, high=1.0, low_open=True)
 
     def local_updates(  # noqa: D102
