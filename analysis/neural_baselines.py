@@ -2,19 +2,20 @@
 
 Setting (the FedRep code's, reduced): 100 clients with S=2 classes each (the FedRep code's
 shards; each client's test set has its own classes), fraction r=0.1 per round, FedRep's MLP
-784-512-256-64-10 on Fashion-MNIST (/usr/share/datasets/fashion-mnist; 10,000 of its 60,000
-training images, 100 per client, so that 3 seeds of 11 methods run in minutes on a contended
-core), SGD lr 0.01, momentum 0.5, weight decay 1e-4, batch 10. FedRep runs 10 head epochs and
+784-512-256-64-10 on Fashion-MNIST (/usr/share/datasets/fashion-mnist; 5,000 of its 60,000
+training images, 50 per client, so that 3 seeds of 11 methods run on a core shared by many
+jobs), SGD lr 0.01, momentum 0.5, weight decay 1e-4, batch 10. FedRep runs 10 head epochs and
 1 body epoch; every other method 1 local epoch per round ("the same number of local epochs as
 FedRep does for updating the representation"; FedRep's CIFAR-10 scripts). Reduced rounds:
-T = 30 (the paper: 100 for CIFAR, 200 for FEMNIST; each client takes part about 3 times).
+T = 20 (the paper: 100 for CIFAR, 200 for FEMNIST; here each client takes part about twice and
+about 12% never do, which handicaps the methods whose personal models only train when chosen).
 Accuracy: the average local test accuracy (each client's own test split, with its personalised
-model where the method has one) at the evaluations of the final 10 rounds (every 10th round,
-so the last one); "+FT" methods once, after the last round, when every client has fine-tuned
-the head 10 epochs. Per-FedAvg and HF-MAML use SRPFL's alpha=1e-2 and delta=1e-3 with
-beta=0.05 (SRPFL's beta=0.1 made HF-MAML diverge here); pFedMe its MNIST settings (lambda 15,
-K 5, personal lr 0.1, eta 0.005, batch 20); Ditto lambda 0.1; APFL alpha 0.25 (adaptive); L2GD
-mix 0.5. Simulated time: an Exp(1) fleet in seconds per GMAC of local work.
+model where the method has one) after the last round ("+FT" methods once every client has
+fine-tuned the head 10 epochs); the paper averages its final 10 rounds. Per-FedAvg and HF-MAML
+use SRPFL's alpha=1e-2 and delta=1e-3 with beta=0.05 (SRPFL's beta=0.1 made HF-MAML diverge
+here); pFedMe its MNIST settings (lambda 15, K 5, personal lr 0.1, eta 0.005, batch 20); Ditto
+lambda 0.1; APFL alpha 0.25 (adaptive); L2GD mix 0.5. Simulated time: an Exp(1) fleet in
+seconds per GMAC of local work.
 
 The paper's numbers are FedRep Table 1's FEMNIST (150 clients, 3 classes each) column, verified
 from the PMLR PDF transcription in /work/shared/reference/algorithms.md; its CIFAR-10 column
@@ -76,8 +77,10 @@ PAPER = {
 #: Methods personalised per client (each evaluated with its own model).
 PERSONALISED = ("Ditto", "APFL", "PerFedAvg", "HF-MAML", "pFedMe", "L2GD", "FedRep")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
+#: Fashion-MNIST training images used (50 per client; the first of each class in file order).
+LIMIT = 5000
 #: Rounds of the full run (reduced from the paper's 100-200 to fit minutes on a shared core).
-ROUNDS = 30
+ROUNDS = 20
 #: Per-FedAvg's and HF-MAML's outer step beta here: SRPFL's 0.1 diverged (NaN loss by round 5
 #: of seed 0) for HF-MAML on this MLP.
 BETA = 0.05
@@ -122,7 +125,7 @@ def scenario(
         fleet=Fleet.homogeneous(n, compute=dists.Exponential(mean=1.0)),
         policy=policies.WaitAll(fraction=fraction),
         rounds=rounds,
-        eval_every=rounds if alg.finetune_epochs else 10,
+        eval_every=rounds,
         seed=seed,
     )
 
@@ -179,12 +182,12 @@ def table(frame: pd.DataFrame, rounds: int) -> pd.DataFrame:
     return out.reindex([m for m in order if m in out.index])
 
 
-def claims(tab: pd.DataFrame, chance: float) -> list[dict[str, object]]:
+def claims(tab: pd.DataFrame, chance: float, data: str) -> list[dict[str, object]]:
     """Table 1's pattern on our numbers (each with the margin it rests on)."""
     acc = tab["mean"]
     why = (
-        "FedRep Table 1 reports FEMNIST (150 clients, 3 classes, 62-way); here Fashion-MNIST, "
-        "100 clients with 2 classes, 1 local epoch, reduced rounds"
+        f"FedRep Table 1 reports FEMNIST (150 clients, 3 classes, 62-way); here {data}, "
+        "clients with 2 classes, 1 local epoch, reduced rounds"
     )
     out: list[dict[str, object]] = []
     for m, value in PAPER.items():
@@ -200,13 +203,14 @@ def claims(tab: pd.DataFrame, chance: float) -> list[dict[str, object]]:
                 }
             )
     pers = [m for m in ("Ditto", "APFL", "PerFedAvg", "L2GD") if m in acc]
-    worst = min(acc[m] - acc["FedAvg"] for m in pers)
+    margins = {m: acc[m] - acc["FedAvg"] for m in pers}
+    shown = ", ".join(f"{m} {v:+.2f}" for m, v in margins.items())
     out.append(
         {
             "paper": "FedRep",
             "claim": "Table 1: Ditto, APFL, PerFedAvg and L2GD beat FedAvg on few-class clients",
-            "paper_value": "+16.6 to +19.9 points (FEMNIST)",
-            "ours": f"smallest margin {worst:+.2f} points; holds: {bool(worst > 0)}",
+            "paper_value": "+14.5 (L2GD) to +19.9 (PerFedAvg) points (FEMNIST)",
+            "ours": f"{shown} points; holds: {all(v > 0 for v in margins.values())}",
             "status": "qualitative",
             "why": why,
         }
@@ -263,7 +267,7 @@ def results(
         "setting": {"clients": n, "classes_per_client": 2, "fraction": fraction, "rounds": rounds},
         "accuracy": rows,
         "paper_femnist": PAPER,
-        "claims": claims(tab, chance),
+        "claims": claims(tab, chance, "the 8x8 digits" if size == "quick" else "Fashion-MNIST"),
     }
 
 
@@ -290,7 +294,7 @@ def main() -> None:
         if Path(args.results).resolve() == (HERE / "results").resolve():
             raise SystemExit("--quick writes elsewhere: pass --results DIR")
     else:
-        data, n, fraction, rounds = FashionMNIST(limit=10000), 100, 0.1, ROUNDS
+        data, n, fraction, rounds = FashionMNIST(limit=LIMIT), 100, 0.1, ROUNDS
         model = MLP.fedrep()
     results_dir = Path(args.results)
     seeds = tuple(range(args.seeds))
@@ -329,20 +333,23 @@ def main() -> None:
     import seaborn as sns
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    curves = frame[frame["accuracy"].notna() & ~frame["label"].str.endswith("+FT")]
-    sns.lineplot(data=curves, x="round", y="accuracy", hue="label", ax=axes[0], legend=False)
-    axes[0].set(xlabel="round", ylabel="average local test accuracy", title="learning curves")
     bars = tab.reset_index()
-    axes[1].barh(bars["label"], bars["mean"], xerr=bars["ci95"], color="tab:blue")
-    axes[1].scatter(
+    axes[0].barh(bars["label"], bars["mean"], xerr=bars["ci95"], color="tab:blue", label="ours")
+    axes[0].scatter(
         [PAPER.get(m, np.nan) for m in bars["label"]],
         bars["label"],
         color="tab:red",
         zorder=3,
         label="paper (FEMNIST)",
     )
-    axes[1].set(xlabel="accuracy (%), final 10 rounds, 95% interval", title="ours vs paper")
-    axes[1].legend(loc="lower right")
+    axes[0].axvline(CHANCE, color="grey", linestyle=":", label="chance")
+    axes[0].set(xlabel="average local test accuracy (%), 95% interval", title="ours vs paper")
+    axes[0].legend(loc="lower right")
+    last = frame[frame["accuracy"].notna()].copy()
+    last["accuracy"] *= 100
+    sns.scatterplot(data=last, x="time", y="accuracy", hue="label", style="label", ax=axes[1])
+    axes[1].set(xlabel="simulated time at the end (s)", ylabel="accuracy (%)", title="per seed")
+    axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"Baselines, {n} clients with 2 classes, r={fraction}, T={rounds}")
     fig.tight_layout()
     print(f"figure: {save(fig, args.out, 'neural_baselines')}")
