@@ -5,7 +5,8 @@ Each policy is a frozen dataclass; the engine asks it what to do next from a rea
 :mod:`simfl.policies.base` and ``docs/writing-a-policy.md``).
 
 Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-selection),
-:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients),
+:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients;
+:func:`flanp` is it configured as SRPFL's code runs FLANP),
 :class:`Oort` (guided selection by statistical and system utility), :class:`TiFL` (one tier of
 similarly fast devices per round), :class:`FedCS` (greedy selection under a deadline).
 Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Semi-asynchronous (synchronous within speed
