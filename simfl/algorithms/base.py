@@ -166,6 +166,11 @@ class Algorithm(ABC, Generic[StateT]):
     #: Whether :meth:`partial_updates` is implemented: a client can stop after any whole
     #: number of its :meth:`job_steps` (partial work under a deadline).
     partial_work: ClassVar[bool] = False
+    #: Why this algorithm cannot run under asynchronous or tiered policies (``None``: it can,
+    #: given :meth:`shared` and :meth:`with_shared`). Those policies mix only the server's
+    #: parameters, so state that only :meth:`aggregate` updates (client controls, personal
+    #: models) would be lost.
+    synchronous_only: ClassVar[str | None] = None
 
     @abstractmethod
     def check(self, task: Task | None) -> None:

@@ -16,6 +16,10 @@
   :class:`NeuralFedRep`, :class:`LGFedAvg` (named apart from the linear
   ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any of them in
   ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`).
+* The seed papers' baselines (:mod:`~simfl.neural.baselines`): :class:`SCAFFOLD`,
+  :class:`SCAFFOLDFT`, :class:`Ditto`, :class:`APFL`, :class:`PerFedAvg`, :class:`HFMAML`,
+  :class:`PFedMe`, :class:`L2GD`, :class:`NeuralFedNova` (FLANP is
+  ``simfl.policies.flanp()`` with :class:`NeuralFedAvg`).
 
 >>> import simfl
 >>> from simfl import Fleet, Scenario, dists, policies
@@ -43,6 +47,17 @@ from simfl.neural.algorithms import (
     NeuralLocalOnly,
 )
 from simfl.neural.base import GMAC, NeuralAlgorithm, NeuralState
+from simfl.neural.baselines import (
+    APFL,
+    HFMAML,
+    L2GD,
+    SCAFFOLD,
+    SCAFFOLDFT,
+    Ditto,
+    NeuralFedNova,
+    PerFedAvg,
+    PFedMe,
+)
 from simfl.neural.data import (
     CIFAR10,
     CIFAR100,
@@ -56,10 +71,21 @@ from simfl.neural.data import (
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
 from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
+from simfl.neural.personal import BaselineState
 from simfl.neural.task import ClientImages, ImageClassification
 from simfl.neural.train import SGD, Phase
 
 __all__ = [
+    "APFL",
+    "HFMAML",
+    "L2GD",
+    "SCAFFOLD",
+    "SCAFFOLDFT",
+    "BaselineState",
+    "Ditto",
+    "NeuralFedNova",
+    "PerFedAvg",
+    "PFedMe",
     "CIFAR10",
     "CIFAR100",
     "CNN",

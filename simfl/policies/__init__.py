@@ -5,7 +5,8 @@ Each policy is a frozen dataclass; the engine asks it what to do next from a rea
 :mod:`simfl.policies.base` and ``docs/writing-a-policy.md``).
 
 Synchronous: :class:`WaitAll`, :class:`Deadline`, :class:`FastestK` (over-selection),
-:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients),
+:class:`AdaptiveDeadline`, :class:`SRPFL` (progressive participation of the fastest clients;
+:func:`flanp` is it configured as SRPFL's code runs FLANP),
 :class:`Oort` (guided selection by statistical and system utility), :class:`TiFL` (one tier of
 similarly fast devices per round), :class:`FedCS` (greedy selection under a deadline).
 Asynchronous: :class:`FedAsync`, :class:`FedBuff`. Semi-asynchronous (synchronous within speed
@@ -31,7 +32,7 @@ from simfl.policies.fedcs import FedCS
 from simfl.policies.hierarchical import EdgeAggregation
 from simfl.policies.observed import Observations
 from simfl.policies.oort import Exploration, Oort, OortState, Pacer
-from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState
+from simfl.policies.srpfl import SRPFL, Plateau, SRPFLState, flanp
 from simfl.policies.sync import Deadline, FastestK, WaitAll
 from simfl.policies.tiered import FedAT, FedATState
 from simfl.policies.tifl import TiFL, TiFLState
@@ -68,4 +69,5 @@ __all__ = [
     "cohort_size",
     "sample_uniform",
     "sample_weighted",
+    "flanp",
 ]

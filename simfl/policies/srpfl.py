@@ -58,7 +58,7 @@ from simfl.policies.base import (
 if TYPE_CHECKING:
     from simfl.tasks.base import Task
 
-__all__ = ["SRPFL", "Plateau", "SRPFLState"]
+__all__ = ["SRPFL", "Plateau", "SRPFLState", "flanp"]
 
 
 @dataclass(frozen=True)
@@ -288,3 +288,37 @@ class SRPFLState:
     history: tuple[float, ...] = ()
     cohort: NDArray[np.int64] | None = None
     seen: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
+
+
+def flanp(
+    n0: int = 10,
+    rounds_per_stage: int = 10,
+    fraction: float | None = None,
+    count: int | None = None,
+) -> SRPFL:
+    """FLANP as SRPFL's code runs it (``FEDREP-ray.py --flanp`` with FedAvg): a named SRPFL.
+
+    Reisizadeh, Tziotis, Hassani, Mokhtari, Pedarsani, "Straggler-Resilient Federated
+    Learning: Leveraging the Interplay Between Statistical Accuracy and System Heterogeneity"
+    (2022): FedAvg that starts with the ``n0`` fastest clients and doubles the participating
+    set stage by stage. SRPFL's code, which uses it as its baseline, samples a new pool every
+    round (``resample="round"``) sorted by that round's running times, doubles every
+    ``rounds_per_stage`` rounds and reads the speeds as an oracle; that is this policy. Pair it
+    with FedAvg (``simfl.neural.NeuralFedAvg`` or ``FedAvgFT``; ``simfl.algorithms.FedAvg``
+    for the linear task). FLANP's own stage rule (move on once the stage's statistical accuracy
+    is reached) is ``SRPFL(stage_rule=Plateau(...))`` instead of the fixed stage length.
+
+    Parameters
+    ----------
+    n0, rounds_per_stage, fraction, count
+        As for :class:`SRPFL` (defaults: the code's ``init_clients=10``, ``double_freq=10``,
+        the whole fleet as the pool).
+    """
+    return SRPFL(
+        n0=n0,
+        fraction=fraction,
+        count=count,
+        rounds_per_stage=rounds_per_stage,
+        resample="round",
+        speeds="oracle",
+    )

@@ -1,0 +1,284 @@
+"""What the baselines of :mod:`simfl.neural.baselines` share: state, batched steps, a base.
+
+A :class:`BaselineState` adds per-client tensors to the neural state. The baselines' local
+updates are not a schedule of :class:`~simfl.neural.train.Phase` s, so they are written here
+step by step, still batched over the cohort: :func:`minibatches` yields each step's minibatch
+positions of every client (a fresh permutation per epoch and batch role from the client's keyed
+generator, as :func:`~simfl.neural.train.train_cohort` draws them), :func:`batch_loss` and
+:func:`grads` give each client's loss and its own gradient (the gradient of the sum splits by
+client), and :class:`Momentum` is ``torch.optim.SGD``'s step on stacked parameters, masked for
+the clients that have no batch left or reached their step limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as nnf
+from numpy.typing import NDArray
+from torch import Tensor
+
+from simfl._checks import check_int
+from simfl.algorithms.base import Updates
+from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState
+from simfl.neural.models import Net, Params
+from simfl.neural.task import ClientImages
+from simfl.neural.train import SGD, Phase, epoch_order, evaluate_cohort, train_cohort
+from simfl.rng import Streams
+
+__all__ = [
+    "CONTROL",
+    "PERSONAL",
+    "Baseline",
+    "BaselineState",
+    "Momentum",
+    "batch_loss",
+    "grads",
+    "minibatches",
+]
+
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+#: Prefixes of the per-client tensors an update carries besides the trained model.
+PERSONAL = "personal/"
+CONTROL = "control/"
+
+
+@dataclass(frozen=True)
+class BaselineState(NeuralState):
+    """:class:`~simfl.neural.base.NeuralState` plus what the baselines keep besides the model."""
+
+    #: Each client's own tensors (personal model, SCAFFOLD control, APFL's ``alpha``).
+    personal: Mapping[int, Params] = field(default_factory=dict)
+    #: Server tensors besides the model (SCAFFOLD's control ``c``).
+    extra: Params = field(default_factory=dict)
+    #: The initial model (every client's personal model before it first takes part).
+    start: Params = field(default_factory=dict)
+
+    def stacked(self, clients: IntArray, default: Params) -> Params:
+        """The ``personal`` tensors of ``clients`` named in ``default``, stacked (client axis)."""
+        return {
+            n: torch.stack([self.personal.get(int(c), default)[n] for c in clients])
+            for n in default
+        }
+
+
+# ---------------------------------------------------------------------- batched SGD pieces
+def stack_copy(params: Params, c: int) -> Params:
+    """Each of ``params`` (no client axis) expanded to ``(c, ...)`` as a new leaf with grad."""
+    return {
+        n: p.detach().expand(c, *p.shape).clone().requires_grad_(True) for n, p in params.items()
+    }
+
+
+def leaves(params: Params) -> Params:
+    """New leaves (requiring grad) with the values of stacked ``params``."""
+    return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+
+
+def batch_loss(net: Net, params: Params, x: Tensor, y: Tensor, idx: Tensor, pos: Tensor) -> Tensor:
+    """Each client's mean cross-entropy on its minibatch ``pos`` (-1: none; 0 for no sample).
+
+    ``idx`` ``(C, Nmax)`` holds each client's sample indices into ``x`` (padded with -1), ``pos``
+    ``(C, B)`` positions into its row.
+    """
+    valid = pos >= 0
+    ids = idx.gather(1, pos.clamp(min=0))
+    flat = ids.clamp(min=0)
+    logits = net.forward(params, x[flat.reshape(-1)].reshape(*flat.shape, *x.shape[1:]))
+    ce = nnf.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), y[flat].reshape(-1), reduction="none"
+    ).reshape(ids.shape)
+    return (ce * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+
+
+def grads(loss: Tensor, params: Params) -> Params:
+    """Gradient of the cohort's summed loss: each client's own, by parameter name."""
+    values = torch.autograd.grad(loss.sum(), list(params.values()))
+    return dict(zip(params, values, strict=True))
+
+
+def minibatches(
+    rngs: Sequence[np.random.Generator],
+    counts: IntArray,
+    batch_size: int,
+    epochs: int,
+    limit: NDArray[np.float64] | None = None,
+    roles: int = 1,
+) -> Iterator[tuple[list[Tensor], BoolArray]]:
+    """The cohort's local steps: per step, ``roles`` position batches ``(C, B)`` and who steps.
+
+    Every epoch each client draws ``roles`` permutations (:func:`~simfl.neural.train.
+    epoch_order`) in role order; a client steps while it has batches left and has taken fewer
+    than ``limit`` steps (its positions are -1 otherwise).
+    """
+    c = len(rngs)
+    done = np.zeros(c)
+    for _ in range(epochs):
+        orders = []
+        for _role in range(roles):
+            rows = [epoch_order(rngs[i], int(counts[i]), batch_size) for i in range(c)]
+            out = np.full((c, max(r.shape[0] for r in rows), batch_size), -1, dtype=np.int64)
+            for i, r in enumerate(rows):
+                out[i, : r.shape[0]] = r
+            orders.append(out)
+        for s in range(orders[0].shape[1]):
+            active = orders[0][:, s, 0] >= 0
+            if limit is not None:
+                active &= done < limit
+            if not active.any():
+                continue
+            yield [torch.from_numpy(np.where(active[:, None], o[:, s], -1)) for o in orders], active
+            done[active] += 1
+
+
+@dataclass
+class Momentum:
+    """``torch.optim.SGD``'s step for stacked parameters, masked per client (in place)."""
+
+    sgd: SGD
+    bufs: dict[str, Tensor] = field(default_factory=dict)
+
+    def step(self, params: Params, grad: Params, active: BoolArray) -> None:
+        """``g = grad + wd w``; ``buf = momentum buf + g``; ``w -= lr buf`` (active clients).
+
+        ``grad``'s tensors are fresh and may be changed in place.
+        """
+        sgd = self.sgd
+        everyone = bool(active.all())
+        act = torch.from_numpy(active)
+        with torch.no_grad():
+            for n, g in grad.items():
+                p = params[n]
+                if sgd.weight_decay and n.endswith(".weight"):
+                    g.add_(p, alpha=sgd.weight_decay)
+                buf = self.bufs.get(n)
+                if everyone:  # torch.optim.SGD's own in-place order
+                    if buf is None:
+                        self.bufs[n] = buf = g
+                    else:
+                        buf.mul_(sgd.momentum).add_(g)
+                    p.add_(buf, alpha=-sgd.lr)
+                else:
+                    mask = act.reshape(-1, *([1] * (p.dim() - 1)))
+                    new = g if buf is None else buf * sgd.momentum + g
+                    self.bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
+                    p.add_(self.bufs[n] * mask, alpha=-sgd.lr)
+
+
+def masked(active: BoolArray, like: Tensor) -> Tensor:
+    return torch.from_numpy(active).reshape(-1, *([1] * (like.dim() - 1)))
+
+
+# ---------------------------------------------------------------------- the common base
+class Baseline(NeuralAlgorithm):
+    """Base of the baselines: every layer shared, a :class:`BaselineState`, own evaluation."""
+
+    epochs: int
+    #: Forward and backward passes per sample of each local epoch (for ``work``).
+    passes: ClassVar[float] = 1.0
+
+    def local_layers(self, network: Net) -> tuple[str, ...]:
+        """None: every layer is shared (personal models live in ``BaselineState.personal``)."""
+        return ()
+
+    def local_epochs(self) -> int:
+        """Epochs of minibatch steps of a round (what ``job_steps`` counts)."""
+        return self.epochs
+
+    def phases(self, network: Net) -> tuple[Phase, ...]:
+        """Every layer for :meth:`local_epochs` (what ``work`` and ``job_steps`` count)."""
+        return (Phase(network.layer_names, self.local_epochs()),)
+
+    def work(self, state: NeuralState, clients: IntArray) -> NDArray[np.float64]:
+        """GMAC: samples x epochs x per-sample training cost x :attr:`passes`."""
+        return np.asarray(super().work(state, clients) * self.passes, dtype=np.float64)
+
+    def initial_state(self, data: ClientImages, streams: Streams) -> BaselineState:
+        """The neural initial state, its model kept as ``start`` and :meth:`initial_extra`."""
+        base = super().initial_state(data, streams)
+        values = {f.name: getattr(base, f.name) for f in fields(base)}
+        return BaselineState(**values, start=dict(base.shared), extra=self.initial_extra(base))
+
+    def initial_extra(self, state: NeuralState) -> Params:
+        """The server's extra tensors before round 0 (default: none)."""
+        return {}
+
+    def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
+        """The models ``clients`` are evaluated with (default: the global model)."""
+        return dict(state.shared)
+
+    def _data(self, data: ClientImages, clients: IntArray) -> tuple[Tensor, IntArray]:
+        index = data.train_index(clients)
+        return torch.from_numpy(index), (index >= 0).sum(axis=1)
+
+    def _rngs(
+        self, streams: Streams, clients: IntArray, round: int, key: str = "neural/batches"
+    ) -> list[np.random.Generator]:
+        """Each client's keyed minibatch stream ``(key, client, round)``."""
+        return [streams.generator(key, int(c), round) for c in clients]
+
+    def _scores(
+        self, state: NeuralState, data: ClientImages
+    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]]:
+        """Per chunk of evaluated clients: correct predictions, loss sum, samples."""
+        assert isinstance(state, BaselineState)
+        net = state.network
+        clients = data.eval_clients
+        for i in range(0, clients.size, EVAL_CHUNK):
+            chunk = clients[i : i + EVAL_CHUNK]
+            params = self.eval_params(state, data, chunk)
+            if self.finetune_epochs > 0:
+                rngs = self._rngs(data.streams, chunk, state.round, "neural/finetune")
+                params, _ = train_cohort(
+                    net,
+                    params,
+                    data.x_train,
+                    data.y_train,
+                    data.train_index(chunk),
+                    (Phase(net.head, self.finetune_epochs),),
+                    self.optimizer,
+                    rngs,
+                )
+            index = data.test_index(chunk)
+            hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)
+            yield hits, losses, (index >= 0).sum(axis=1)
+
+    def _updates(
+        self, state: NeuralState, clients: IntArray, params: Params, loss: NDArray[np.float64]
+    ) -> Updates:
+        return Updates(
+            clients.astype(np.int64),
+            {n: p.detach().numpy() for n, p in params.items()},
+            loss=np.nan_to_num(loss, nan=0.0),
+            weight=state.sizes[clients],
+        )
+
+    def _personal_rows(
+        self, state: BaselineState, updates: Updates, prefix: str
+    ) -> dict[int, Params]:
+        """Each updated client's ``personal`` tensors with the ``prefix`` rows of ``updates``."""
+        names = [n for n in updates.params if n.startswith(prefix)]
+        out: dict[int, Params] = dict(state.personal)
+        for j, c in enumerate(updates.clients):
+            own = dict(out.get(int(c), {}))
+            for n in names:
+                own[n[len(prefix) :]] = torch.from_numpy(np.array(updates.params[n][j]))
+            out[int(c)] = own
+        return out
+
+
+def check_common(owner: str, epochs: int, optimizer: SGD, finetune_epochs: int = 0) -> None:
+    check_int(f"{owner}.epochs", epochs, low=1)
+    if not isinstance(optimizer, SGD):
+        raise ValueError(f"{owner}.optimizer must be a simfl.neural.SGD, got {optimizer!r}")
+    check_int(f"{owner}.finetune_epochs", finetune_epochs, low=0)
+
+
+def mean_loss(loss_sum: NDArray[np.float64], steps: NDArray[np.float64]) -> NDArray[np.float64]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(loss_sum / steps, dtype=np.float64)
