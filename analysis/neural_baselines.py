@@ -28,7 +28,7 @@ are the table's pattern, not its values. 95% intervals: mean +- t(0.975, seeds-1
 
 from __future__ import annotations
 
-import json
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, parser, save
+from _common import HERE, parser, save, write_results
 
 from simfl import Fleet, Scenario, compare, dists, policies, run
 from simfl.neural import (
@@ -211,7 +211,7 @@ def claims(tab: pd.DataFrame, chance: float, data: str) -> list[dict[str, object
             "claim": "Table 1: Ditto, APFL, PerFedAvg and L2GD beat FedAvg on few-class clients",
             "paper_value": "+14.5 (L2GD) to +19.9 (PerFedAvg) points (FEMNIST)",
             "ours": f"{shown} points; holds: {all(v > 0 for v in margins.values())}",
-            "status": "qualitative",
+            "status": "qualitative" if all(v > 0 for v in margins.values()) else "not reproduced",
             "why": why,
         }
     )
@@ -224,7 +224,7 @@ def claims(tab: pd.DataFrame, chance: float, data: str) -> list[dict[str, object
             "claim": "Table 1: FedRep above every baseline",
             "paper_value": "78.56 vs 71.51 (PerFedAvg, best baseline, FEMNIST)",
             "ours": f"FedRep - {best_other} = {margin:+.2f} points; holds: {bool(margin > 0)}",
-            "status": "qualitative",
+            "status": "qualitative" if margin > 0 else "not reproduced",
             "why": why
             + "; a likely cause, not isolated here: with so few rounds some clients never take "
             "part and FedRep scores them with "
@@ -276,10 +276,25 @@ def results(
 
 
 def write(content: dict, directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "neural_baselines.json"
-    path.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
-    return path
+    """The results file in the shared format (``_common.write_results``)."""
+    content = dict(content)
+    size, claims_ = content.pop("size"), content.pop("claims")
+    acc = content["accuracy"]
+    args = argparse.Namespace(quick=size == "quick", out=str(directory), results=str(directory))
+    s = content["setting"]
+    return write_results(
+        args,
+        "neural_baselines",
+        content,
+        claims_,
+        checks=f"the seed papers' baselines on Fashion-MNIST (MLP, {s['clients']} clients, 2 "
+        f"classes each, r={s['fraction']}, T={s['rounds']}), accuracy % with 95% intervals",
+        measured=", ".join(
+            f"{m} {v['mean']:.1f} +- {v['ci95']:.1f}"
+            for m, v in acc.items()
+            if v["mean"] is not None
+        ),
+    )
 
 
 def main() -> None:

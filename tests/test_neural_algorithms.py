@@ -335,3 +335,32 @@ def test_neural_algorithms_run_asynchronously():
         assert res.ok and len(res.rounds) == 6
         final = res.state.shared
         assert any(not torch.equal(final[n], state.shared[n]) for n in final)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [policies.FedBuff(buffer_size=2, concurrency=4), policies.FedAT(tiers=2)],
+    ids=["FedBuff", "FedAT"],
+)
+def test_heads_survive_asynchronous_and_tiered_mixing(policy):
+    """FedRep's per-client heads are kept when the policy mixes only the shared body.
+
+    Every client whose update was applied keeps the head it trained (the same rule as a
+    synchronous aggregation), so the final state holds exactly the applied clients' heads.
+    """
+    alg = NeuralFedRep(head_epochs=1, body_epochs=1)
+    sc = Scenario(
+        task=TASK,
+        algorithm=alg,
+        fleet=Fleet.homogeneous(10, compute=dists.Exponential(1.0)),
+        policy=policy,
+        rounds=6,
+        seed=2,
+    )
+    res = run(sc, progress=False, on_error="raise")
+    applied = set(res.clients.loc[res.clients["status"] == "arrived", "device"].astype(int))
+    assert applied and set(res.state.local) == applied
+    init = alg.initial_state(TASK.build(10, Streams(2)), Streams(2)).local_default
+    for c in applied:
+        own = res.state.local[c]
+        assert any(not torch.equal(own[n], init[n]) for n in init), c

@@ -19,7 +19,7 @@ from simfl.neural import Digits  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-STATUSES = {"reproduced", "qualitative", "not attempted"}
+STATUSES = {"reproduced", "qualitative", "not reproduced", "not attempted"}
 
 
 def test_quick_table_and_results_file(tmp_path):
@@ -51,7 +51,7 @@ def test_quick_table_and_results_file(tmp_path):
     path = nb.write(content, tmp_path)
     saved = json.loads(path.read_text())
     assert saved["size"] == "quick" and path.parent == tmp_path
-    assert saved["accuracy"]["FedRep"]["mean"] == pytest.approx(acc["FedRep"])
+    assert saved["numbers"]["accuracy"]["FedRep"]["mean"] == pytest.approx(acc["FedRep"])
     for claim in saved["claims"]:
         assert set(claim) == {"paper", "claim", "paper_value", "ours", "status", "why"}
         assert claim["status"] in STATUSES and claim["paper"] in {"FedRep", "SRPFL"}
