@@ -261,3 +261,13 @@ class Algorithm(ABC, Generic[StateT]):
     def with_shared(self, state: StateT, shared: dict[str, NDArray[Any]]) -> StateT:
         """``state`` with its server-side parameters replaced by ``shared``."""
         raise NotImplementedError(f"{type(self).__name__} does not support asynchronous policies")
+
+    def keep_local(self, state: StateT, updates: Updates) -> StateT:
+        """``state`` with the clients' own parameters in ``updates`` kept, as in :meth:`aggregate`.
+
+        The clients' own parameters: FedRep's heads, LG-FedAvg's local layers.
+        Asynchronous and tiered policies mix only :meth:`shared`; they call this so that the
+        clients' local parameters of the applied updates are not lost. Default: ``state``
+        unchanged (no client-side parameters).
+        """
+        return state

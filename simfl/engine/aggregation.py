@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simfl.algorithms.base import Updates
 from simfl.engine.jobs import JobPlan
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, Outcome
 
@@ -32,7 +33,7 @@ def close_aggregation(
     repeats: NDArray[np.int64] | None = None,
     partial: bool = False,
     base: tuple[Any, int] | None = None,
-    combine: Callable[[Any, Outcome], Any] | None = None,
+    combine: Callable[[Any, Outcome, Updates], Any] | None = None,
 ) -> Outcome:
     """Record the jobs of a synchronous round, aggregate the arrived ones, record the round.
 
@@ -46,9 +47,9 @@ def close_aggregation(
     ``base`` is the state and model version the jobs started from (default: the current state
     and ``round``, a synchronous round); jobs are then recorded with that version as their
     ``round`` and its distance to ``round`` as their staleness, and their data keyed by it.
-    ``combine(aggregated, outcome)`` turns the algorithm's aggregate of the updates on the base
-    state into the new server state (default: it is the new state; semi-asynchronous groups mix
-    it with the other groups' models).
+    ``combine(aggregated, outcome, updates)`` turns the algorithm's aggregate of the updates on
+    the base state into the new server state (default: it is the new state; semi-asynchronous
+    groups mix it with the other groups' models and keep the updates' local parameters).
     """
     accepted = status == ARRIVED
     base_state, version = (ctx.state, round) if base is None else base
@@ -109,7 +110,7 @@ def close_aggregation(
                 updates = updates.repeat(repeats[accepted])
             new = alg.aggregate(state, updates, seen)
             if combine is not None:
-                new = combine(new, seen)
+                new = combine(new, seen, updates)
             return alg.background(new, ctx.data, seen), updates
 
         ctx.apply(row, compute)

@@ -200,7 +200,7 @@ class AsyncLoop:
                 updates = Updates.concat(parts)
                 bases = [alg.shared(self.snapshots[j.version][0]) for j in applied]
                 new = policy.mixer(staleness).apply(alg.shared(state), updates, bases)
-                mixed = alg.with_shared(state, new)
+                mixed = alg.with_shared(alg.keep_local(state, updates), new)
                 return alg.background(mixed, run.data, outcome), updates
 
             run.apply(row, compute)

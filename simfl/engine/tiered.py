@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simfl.algorithms.base import Updates
 from simfl.engine.aggregation import close_aggregation
 from simfl.engine.sync import RoundState, abandon_round, play_round, start_round
 from simfl.outcome import Outcome
@@ -90,13 +91,17 @@ class TieredLoop:
             models: list[Shared] = []
 
             def combine(
-                aggregated: Any, outcome: Outcome, g: int = g, models: list[Shared] = models
+                aggregated: Any,
+                outcome: Outcome,
+                updates: Updates,
+                g: int = g,
+                models: list[Shared] = models,
             ) -> Any:
                 alg = ctx.algorithm
                 models[:] = self.models
                 models[g] = alg.shared(aggregated)
                 mixed = policy.mixer(self.state, g).apply(models)
-                return alg.with_shared(ctx.state, mixed)
+                return alg.with_shared(alg.keep_local(ctx.state, updates), mixed)
 
             outcome = close_aggregation(
                 ctx,

@@ -230,6 +230,11 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         shared = dict(state.shared)
         for name, value in weighted_means(updates, tuple(state.shared)).items():
             shared[name] = value
+        kept = self.keep_local(state, updates)
+        return replace(kept, shared=shared, round=state.round + 1)
+
+    def keep_local(self, state: NeuralState, updates: Updates) -> NeuralState:
+        """Each updated client keeps its new local parameters (and the cohort's average)."""
         local = dict(state.local)
         for j, c in enumerate(updates.clients):
             own = dict(local.get(int(c), state.local_default))
@@ -238,9 +243,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
                     own[name] = torch.from_numpy(np.array(updates.params[name][j]))
             local[int(c)] = own
         average = {**state.local_average, **weighted_means(updates, tuple(state.local_default))}
-        return replace(
-            state, shared=shared, local=local, local_average=average, round=state.round + 1
-        )
+        return replace(state, local=local, local_average=average)
 
     def shared(self, state: NeuralState) -> dict[str, NDArray[Any]]:
         """The server's parameters as float32 arrays (for asynchronous and tiered mixing)."""
