@@ -166,6 +166,11 @@ class Algorithm(ABC, Generic[StateT]):
     #: Whether :meth:`partial_updates` is implemented: a client can stop after any whole
     #: number of its :meth:`job_steps` (partial work under a deadline).
     partial_work: ClassVar[bool] = False
+    #: Whether a client's update is the same to the last bit whatever batch of clients it is
+    #: computed in (numpy algorithms, checked by their tests). Asynchronous runs then compute
+    #: the updates of one aggregation in batches (one call per model version and data key);
+    #: otherwise one at a time (torch kernels may differ in the last bits with the batch size).
+    exact_batches: ClassVar[bool] = True
 
     @abstractmethod
     def check(self, task: Task | None) -> None:

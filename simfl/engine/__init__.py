@@ -23,6 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from simfl._checks import check_bool, check_choice
+from simfl.engine.async_planned import PlannedAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import Progress, RunContext
 from simfl.engine.sync import SyncLoop
@@ -80,10 +81,11 @@ def run(
         run, is stored in ``meta["error"]`` and everything computed so far is returned.
         ``"raise"``: re-raise it.
     batched
-        Play synchronous rounds whose devices have private links and are always online
-        without job events: each round's outcome follows from its job plan in one vectorised
-        step (default). ``False`` plays every job as a SimPy process, the straightforward
-        path; the results are identical.
+        Play runs whose devices have private links and are always online without job
+        events (default): each synchronous round's outcome follows from its job plan in one
+        vectorised step, and asynchronous runs handle their jobs from a heap of the instants
+        they resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
+        process, the straightforward path; the results are identical.
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
@@ -135,10 +137,12 @@ def run(
     return ctx.recorder.results(meta, ctx.state)
 
 
-def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | TieredLoop:
+def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop:
     """The server loop of the scenario's policy family."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
+        if PlannedAsyncLoop.applies(ctx, policy):
+            return PlannedAsyncLoop(ctx, policy)
         return AsyncLoop(ctx, policy)
     if isinstance(policy, TieredPolicy):
         return TieredLoop(ctx, policy)
@@ -150,7 +154,7 @@ def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | TieredLoop:
     )
 
 
-def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | TieredLoop) -> str:
+def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop) -> str:
     """Run the event loop until the server stops or the clock reaches ``max_time``.
 
     Returns the run's status. Nothing escapes with ``on_error="record"``: an exception anywhere
