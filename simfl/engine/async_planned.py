@@ -21,9 +21,9 @@ What makes it fast:
   the part of the block still ahead;
 * records: job rows are kept as job numbers and written in one step at the end of the run
   (the aggregation rows' byte counts are filled in then);
-* updates: an aggregation's updates are computed in one batched call per (model version, data
-  key) where the algorithm's updates do not depend on their batch
-  (:attr:`~simfl.algorithms.Algorithm.exact_batches`), one at a time otherwise.
+* updates: an aggregation's updates are computed in one call,
+  :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
+  reference computes them; batched where an algorithm's numbers do not depend on the batch).
 
 The simulated clock is moved to each handled instant directly (the loop is the run's only
 SimPy process and creates no events).
@@ -55,7 +55,8 @@ __all__ = ["BLOCK", "PlannedAsyncLoop"]
 #: Job numbers whose picks and keyed draws are drawn together.
 BLOCK = 1024
 #: Jobs of a block planned together for one model version (work and payload may change with
-#: the model, so a new version re-plans the part of the block still ahead, this much of it).
+#: the model, so a new version re-plans the part of the block still ahead, this much of it;
+#: all of it at once for an algorithm with :attr:`~simfl.algorithms.Algorithm.fixed_jobs`).
 WINDOW = 64
 
 _PLAN_FIELDS = ("download", "compute", "upload", "fail_after", "work", "size_down", "size_up")
@@ -168,7 +169,8 @@ class PlannedAsyncLoop:
     def _plan_window(self, block: _Block, lo: int) -> None:
         """Plan the block's jobs ``lo ..`` (up to :data:`WINDOW` of them) for this version."""
         run, alg = self.run, self.run.algorithm
-        hi = min(lo + WINDOW, len(block.devices))
+        size = len(block.devices)
+        hi = size if type(alg).fixed_jobs else min(lo + WINDOW, size)
         devices = np.asarray(block.devices[lo:hi], dtype=np.int64)
         fleet, state = run.fleet, run.state
         work = alg.work(state, devices)
@@ -210,6 +212,7 @@ class PlannedAsyncLoop:
         run, policy = self.run, self.policy
         busy, job_index, heap = self._busy, self.job_index, self.heap
         concurrency = policy.concurrency
+        fixed = type(run.algorithm).fixed_jobs  # plans do not change with the model version
         now = float(self.env.now)
         while len(heap) < concurrency:
             n = self.n_started
@@ -222,7 +225,7 @@ class PlannedAsyncLoop:
             fast = not busy[device] and job_index[device] == block.keys[i]
             if fast:
                 version, lo, hi, row0 = self.win
-                if version != self.version or not lo <= i < hi:
+                if (version != self.version and not fixed) or not lo <= i < hi:
                     self._plan_window(block, i)
                     version, lo, hi, row0 = self.win
                 fast = self.win_ok[i - lo]
@@ -402,30 +405,16 @@ class PlannedAsyncLoop:
         return alg.background(mixed, run.data, outcome), updates
 
     def _updates(self, applied: list[int]) -> Updates:
-        """The updates of ``applied``, in order: batched per (version, key) where exact."""
+        """The updates of ``applied``, in order, each from the version its job downloaded."""
         run = self.run
-        snapshots, version_of, key, device = self.snapshots, self.version_of, self.key, self.device
-        if not type(run.algorithm).exact_batches:
-            return Updates.concat(
-                [
-                    run.updates(
-                        snapshots[version_of[j]][0], np.array([device[j]], dtype=np.int64), key[j]
-                    )
-                    for j in applied
-                ]
-            )
-        groups: dict[tuple[int, int], list[int]] = {}
-        for pos, j in enumerate(applied):
-            groups.setdefault((version_of[j], key[j]), []).append(pos)
-        parts, order = [], []
-        for (v, k), positions in groups.items():
-            clients = np.array([device[applied[p]] for p in positions], dtype=np.int64)
-            parts.append(run.updates(snapshots[v][0], clients, k))
-            order += positions
-        updates = Updates.concat(parts) if len(parts) > 1 else parts[0]
-        if order != list(range(len(applied))):
-            updates = updates.take(np.argsort(np.array(order), kind="stable"))
-        return updates
+        snapshots, version_of = self.snapshots, self.version_of
+        return run.algorithm.job_updates(
+            [snapshots[version_of[j]][0] for j in applied],
+            run.data,
+            np.array([self.device[j] for j in applied], dtype=np.int64),
+            [self.key[j] for j in applied],
+            run.streams,
+        )
 
     # ----------------------------------------------------------------- the end
     @property

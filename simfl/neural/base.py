@@ -100,7 +100,6 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     """
 
     partial_work: ClassVar[bool] = True
-    exact_batches: ClassVar[bool] = False  # torch kernels: see Algorithm
 
     optimizer: SGD
     #: Epochs each client fine-tunes its personal part before it is evaluated (0: none).
