@@ -108,9 +108,7 @@ def test_linear_training_is_identical(policy: policies.AsyncPolicy, algorithm: o
 
 def test_target_stop_and_eager_runs_are_identical() -> None:
     sc = linear_scenario(policy=FedBuff(buffer_size=2, concurrency=8), n=30)
-    sc = dataclasses.replace(
-        sc, rounds=None, max_time=500.0, target=Target("distance", below=0.3)
-    )
+    sc = dataclasses.replace(sc, rounds=None, max_time=500.0, target=Target("distance", below=0.3))
     fast, _ = assert_same(sc)
     assert fast.meta["stop_reason"] == "target"
     fleet = Fleet.homogeneous(30, compute=dists.Exponential(mean=1.0), dropout_rate=0.3)

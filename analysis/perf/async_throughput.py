@@ -93,7 +93,7 @@ def simfl_timing(name: str, jobs: int, seed: int = 0, batched: bool = True) -> i
 
 def throughput(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """Jobs per second of FedBuff and FedAsync against bare SimPy, interleaved."""
-    jobs = 3_000 if quick else 100_000
+    jobs = 1_000 if quick else 50_000
     ref_jobs = jobs // 10
     rows = []
     for name in ("fedbuff", "fedasync"):
@@ -136,11 +136,11 @@ def training(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """Host seconds per applied update: FedBuff vs FastestK, linear FedRep."""
     from simfl import Fleet, Scenario, algorithms, dists, policies, run, tasks
 
-    n_dev = 2_000 if quick else FLEET
+    n_dev = 500 if quick else FLEET
     task = tasks.LinearRepresentation(d=20, k=2, samples_per_client=10)
     fleet = Fleet.homogeneous(n_dev, compute=dists.Exponential(mean=1.0))
     alg = algorithms.FedRep(local_steps=5, step_size=0.1)
-    rounds = 60 if quick else 600
+    rounds = 4 if quick else 300
     scenarios = {
         "fedbuff": Scenario(
             task=task,
@@ -212,7 +212,7 @@ def scale_run(devices: int, concurrency: int, jobs: int) -> dict[str, Any]:
 
 def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """The million-device FedBuff run in fresh processes: median seconds, highest RSS."""
-    args = ["--scale", "100000", "1000", "100000"] if quick else ["--scale"]
+    args = ["--scale", "5000", "100", "5000"] if quick else ["--scale"]
     runs = []
     for _ in range(repeats):
         out = subprocess.run(

@@ -76,7 +76,7 @@ class _Block:
         self,
         run: RunContext,
         policy: AsyncPolicy,
-        job_index: NDArray[np.int64],
+        job_index: list[int],
         first: int,
         size: int,
     ) -> None:
@@ -89,7 +89,7 @@ class _Block:
         starts = np.maximum.accumulate(np.where(np.r_[True, ranked[1:] != ranked[:-1]], idx, 0))
         repeat = np.empty(size, dtype=np.int64)
         repeat[order] = idx - starts
-        keys = job_index[picks] + repeat
+        keys = np.array([job_index[d] for d in picks.tolist()], dtype=np.int64) + repeat
         fleet, streams = run.fleet, run.streams
         self.first = first
         self.devices: list[int] = picks.tolist()
@@ -121,7 +121,7 @@ class PlannedAsyncLoop:
         self._busy = bytearray(n)
         #: the same memory as a boolean array, for :meth:`AsyncPolicy.pick`
         self.busy = np.frombuffer(self._busy, dtype=np.bool_)
-        self.job_index = np.zeros(n, dtype=np.int64)
+        self.job_index = [0] * n  # jobs started on each device so far (keys its draws)
         self.snapshots: dict[int, list[Any]] = {0: [run.state, 0]}  # version -> [state, refs]
         # the jobs, by job number
         self.device: list[int] = []
@@ -212,6 +212,8 @@ class PlannedAsyncLoop:
         run, policy = self.run, self.policy
         busy, job_index, heap = self._busy, self.job_index, self.heap
         concurrency = policy.concurrency
+        version = run.round
+        refs = self.snapshots[version]
         fixed = type(run.algorithm).fixed_jobs  # plans do not change with the model version
         now = float(self.env.now)
         while len(heap) < concurrency:
@@ -224,10 +226,10 @@ class PlannedAsyncLoop:
             device = block.devices[i]
             fast = not busy[device] and job_index[device] == block.keys[i]
             if fast:
-                version, lo, hi, row0 = self.win
-                if (version != self.version and not fixed) or not lo <= i < hi:
+                win_version, lo, hi, row0 = self.win
+                if (win_version != version and not fixed) or not lo <= i < hi:
                     self._plan_window(block, i)
-                    version, lo, hi, row0 = self.win
+                    win_version, lo, hi, row0 = self.win
                 fast = self.win_ok[i - lo]
             if fast:
                 key, w = block.keys[i], i - lo
@@ -238,14 +240,14 @@ class PlannedAsyncLoop:
                     if picked is None:  # pragma: no cover - concurrency <= fleet size
                         return
                     device = picked
-                key = int(job_index[device])
+                key = job_index[device]
                 after, arrives, row = self._plan_alone(device, key)  # raises on a bad plan
             busy[device] = 1
             job_index[device] += 1
-            self.snapshots[self.version][1] += 1
+            refs[1] += 1
             self.device.append(device)
             self.key.append(key)
-            self.version_of.append(self.version)
+            self.version_of.append(version)
             self.t_start.append(now)
             self.row.append(row)
             self.arrives.append(arrives)
@@ -336,7 +338,8 @@ class PlannedAsyncLoop:
                 self.staleness[job] = float(lag)
             else:
                 self.status[job] = LATE
-        staleness = np.array([version - version_of[j] for j in applied], dtype=np.int64)
+        lags = [version - version_of[j] for j in applied]
+        staleness = np.array(lags, dtype=np.int64)
         now = float(self.env.now)
         row: dict[str, Any] = {
             "round": version,
@@ -349,7 +352,8 @@ class PlannedAsyncLoop:
             "n_dropped": len(self.ended),
             "n_late": len(self.buffer) - len(applied),
             "n_cancelled": 0,
-            "staleness_mean": float(staleness.mean()) if applied else float("nan"),
+            # the mean of integers (exact sum, one rounding), as numpy's mean gives it
+            "staleness_mean": sum(lags) / len(lags) if applied else float("nan"),
             "bytes_down": math.nan,  # filled in when the jobs are recorded, at the end
             "bytes_up": math.nan,
         }
