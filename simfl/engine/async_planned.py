@@ -40,7 +40,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from simfl.algorithms.base import Updates
+from simfl.algorithms.base import Algorithm, Updates
 from simfl.engine.asynchronous import STALL_JOBS
 from simfl.engine.jobs import JobPlan, resolution
 from simfl.network import transfer_seconds
@@ -290,37 +290,44 @@ class PlannedAsyncLoop:
         max_time = run.scenario.max_time
         budget = math.inf if max_time is None else float(max_time)
         size = self.policy.buffer()
-        busy, lazy = self._busy, run.lazy
-        self.launch()
+        busy, lazy, buffer = self._busy, run.lazy, self.buffer
+        device, t_end, arrives = self.device, self.t_end, self.arrives
+        pop, launch = heapq.heappop, self.launch
+        launch()
         while run.stop_reason is None and heap:
-            t, job = heap[0]
-            if t >= budget:  # events at the budget are not handled (see engine._play)
+            if heap[0][0] >= budget:  # events at the budget are not handled (engine._play)
                 return True
-            heapq.heappop(heap)
+            t, job = pop(heap)
             _set_clock(env, t)
-            busy[self.device[job]] = 0
-            self.t_end[job] = t
-            if not self.arrives[job]:
-                self.status[job] = DROPPED
-                self.ended.append(job)
-                if not lazy:  # eager runs compute the discarded update too
-                    run.discard(
-                        self.snapshots[self.version_of[job]][0],
-                        np.array([self.device[job]], dtype=np.int64),
-                        self.key[job],
-                    )
-                self.release(job)
-                self.drops_in_row += 1
-                if self.drops_in_row >= STALL_JOBS:
-                    run.stop("stalled")
-            else:
+            busy[device[job]] = 0
+            t_end[job] = t
+            if arrives[job]:
                 self.drops_in_row = 0
-                self.buffer.append(job)
-                if len(self.buffer) >= size:
+                buffer.append(job)
+                if len(buffer) >= size:
                     self.aggregate()
+                    buffer = self.buffer
+            else:
+                self._drop(job, lazy)
             if run.stop_reason is None:
-                self.launch()
+                launch()
         return False
+
+    def _drop(self, job: int, lazy: bool) -> None:
+        """Job ``job``'s device failed: it ends, its snapshot reference goes."""
+        run = self.run
+        self.status[job] = DROPPED
+        self.ended.append(job)
+        if not lazy:  # eager runs compute the discarded update too
+            run.discard(
+                self.snapshots[self.version_of[job]][0],
+                np.array([self.device[job]], dtype=np.int64),
+                self.key[job],
+            )
+        self.release(job)
+        self.drops_in_row += 1
+        if self.drops_in_row >= STALL_JOBS:
+            run.stop("stalled")
 
     # ----------------------------------------------------------------- aggregation
     def aggregate(self) -> None:
@@ -386,7 +393,22 @@ class PlannedAsyncLoop:
         """The new state and the updates of ``applied`` (``jobs``: the aggregation's jobs)."""
         run, alg = self.run, self.run.algorithm
         state = run.state
-        outcome = Outcome(
+        updates = self._updates(applied)
+        shared: dict[int, Any] = {}
+        for j in applied:
+            v = self.version_of[j]
+            if v not in shared:
+                shared[v] = alg.shared(self.snapshots[v][0])
+        bases = [shared[self.version_of[j]] for j in applied]
+        new = self.policy.mixer(staleness).apply(alg.shared(state), updates, bases)
+        mixed = alg.with_shared(state, new)
+        if type(alg).background is Algorithm.background:  # it returns the state: no outcome
+            return mixed, updates
+        return alg.background(mixed, run.data, self._outcome(jobs, version, now)), updates
+
+    def _outcome(self, jobs: list[int], version: int, now: float) -> Outcome:
+        """The :class:`Outcome` of the aggregation of ``jobs`` (drops, then the buffer)."""
+        return Outcome(
             round=version,
             stage=0,
             t_start=self.last_time,
@@ -397,16 +419,6 @@ class PlannedAsyncLoop:
             job_end=np.array([self.t_end[j] for j in jobs], dtype=np.float64),
             staleness=np.array([self.staleness[j] for j in jobs], dtype=np.float64),
         )
-        updates = self._updates(applied)
-        shared: dict[int, Any] = {}
-        for j in applied:
-            v = self.version_of[j]
-            if v not in shared:
-                shared[v] = alg.shared(self.snapshots[v][0])
-        bases = [shared[self.version_of[j]] for j in applied]
-        new = self.policy.mixer(staleness).apply(alg.shared(state), updates, bases)
-        mixed = alg.with_shared(state, new)
-        return alg.background(mixed, run.data, outcome), updates
 
     def _updates(self, applied: list[int]) -> Updates:
         """The updates of ``applied``, in order, each from the version its job downloaded."""
