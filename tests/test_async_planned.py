@@ -163,3 +163,19 @@ def test_default_job_updates_match_one_at_a_time() -> None:
     for name in one.params:
         np.testing.assert_array_equal(got.params[name], one.params[name])
     np.testing.assert_array_equal(got.loss, one.loss)
+
+
+@pytest.mark.parametrize("policy", [FedBuff(buffer_size=3, concurrency=5), FedAsync(concurrency=4)])
+def test_failures_are_recorded_identically(policy: policies.AsyncPolicy) -> None:
+    """An algorithm raising mid-run, and a job too long to plan, end both loops alike."""
+    sc = timing_scenario(n=12, policy=policy, rounds=30, dropout_rate=0.2)
+    fast, _ = assert_same(dataclasses.replace(sc, algorithm=Ledger(fail_at=2)))
+    assert fast.meta["status"] == "error" and "boom" in fast.meta["error"]
+    huge = dataclasses.replace(
+        sc,
+        algorithm=algorithms.TimingOnly(work_units=1e300),
+        fleet=Fleet.homogeneous(12, compute=dists.Exponential(mean=1e10)),
+    )
+    with np.errstate(over="ignore"):
+        fast, _ = assert_same(huge)
+    assert "job durations must be finite" in fast.meta["error"]

@@ -175,7 +175,8 @@ class PlannedAsyncLoop:
         fleet, state = run.fleet, run.state
         work = alg.work(state, devices)
         payload = alg.payload(state)
-        compute = work * block.draws[lo:hi]
+        with np.errstate(over="ignore"):  # a job that overflows is planned alone (and refused)
+            compute = work * block.draws[lo:hi]
         latency = fleet.latency[devices]
         download = transfer_seconds(payload.down, fleet.bandwidth_down[devices], latency)
         upload = transfer_seconds(payload.up, fleet.bandwidth_up[devices], latency)
