@@ -69,13 +69,13 @@ def async_scenarios(draw: st.DrawFn) -> Scenario:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(async_scenarios())
 def test_fast_path_equals_the_simpy_loop(sc: Scenario) -> None:
     assert_same(sc)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(async_scenarios(), st.integers(1, 40))
 def test_small_blocks_and_windows_change_nothing(sc: Scenario, block: int) -> None:
     """Blocks of pre-drawn picks end and speculative job indices miss often: still identical."""
