@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, save
+from _common import parser, save, write_results
 
 from simfl import (
     Fleet,
@@ -113,6 +113,27 @@ def main() -> None:
         table[cols]
         .sort_values("mean_time")
         .to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    )
+    ranked = table.sort_values("mean_time")
+    write_results(
+        args,
+        "policy_shootout",
+        {"seeds": seeds, "rounds": rounds, "table": table[cols].to_dict(orient="records")},
+        [],
+        checks=f"{len(POLICIES)} policies on one seeded fleet, time to distance {TARGET:g}",
+        measured="speedup over wait-all: "
+        + ", ".join(
+            f"{p} {s:.2g}x [{lo:.2g}, {hi:.2g}]"
+            for p, s, lo, hi in zip(
+                ranked["policy"],
+                ranked["speedup"],
+                ranked["speedup ci_low"],
+                ranked["speedup ci_high"],
+                strict=True,
+            )
+            if p != "wait-all"
+        )
+        + f" ({seeds} seeds, 95% paired bootstrap CIs)",
     )
 
     import matplotlib

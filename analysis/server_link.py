@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, save
+from _common import parser, save, write_results
 
 from simfl import Fleet, Scenario, algorithms, compare, dists, plots, policies, sweep, sweeps, tasks
 from simfl.network import Network
@@ -115,6 +115,24 @@ def main() -> None:
         "mean round (s)",
     ]
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    cap = lambda c: "no limit" if math.isinf(c) else f"{c / 1e3:g} KB/s"  # noqa: E731
+    by_cap = {
+        c: dict(zip(t["policy"], t["mean_time"], strict=True))
+        for c, t in table.groupby("capacity", sort=True)
+    }
+    write_results(
+        args,
+        "server_link",
+        {"seeds": seeds, "rounds": rounds, "table": table[cols].to_dict(orient="records")},
+        [],
+        checks=f"time to distance {TARGET:g} vs the cloud ingress capacity, flat vs edge "
+        "aggregation (200 devices, 5 edges, 40 per round)",
+        measured=f"{seeds} seeds: "
+        + "; ".join(
+            f"{cap(c)}: " + ", ".join(f"{p} {v:,.0f} s" for p, v in times.items())
+            for c, times in by_cap.items()
+        ),
+    )
 
     import matplotlib
 

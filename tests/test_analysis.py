@@ -5,52 +5,171 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from simfl import Streams
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "analysis"))
+
+import queueing_check  # noqa: E402
+import srpfl_schedule  # noqa: E402
 
 
-@pytest.mark.parametrize(
-    ("script", "expect"),
-    [
-        ("queueing_check.py", "max |relative error|"),
-        ("fedrep_linear.py", "reference floor"),
-    ],
-)
-def test_script_runs_quick(script, expect, tmp_path):
+def quick(script: str, out: Path, *extra: str) -> list[str]:
+    """Run an analysis script's quick mode; its stdout lines (one figure at least in ``out``)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "analysis" / script), "--quick", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "analysis" / script), "--quick", "--out", str(out), *extra],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert expect in done.stdout
-    figures = list(tmp_path.glob("*.png"))
-    assert len(figures) == 1 and figures[0].stat().st_size > 10_000
+    figures = list(out.glob("*.png"))
+    assert figures and all(f.stat().st_size > 10_000 for f in figures)
+    return done.stdout.splitlines()
 
 
-@pytest.mark.parametrize("script", ["policy_shootout.py", "srpfl_schedule.py"])
-def test_policy_scripts_run_quick(script, tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "analysis" / script),
-            "--quick",
-            "--seeds",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+def numbers(line: str, count: int) -> list[float]:
+    """The last ``count`` whitespace-separated fields of a table row, as floats."""
+    return [float(v) for v in line.split()[-count:]]
+
+
+def sd_of_max(dist, n: int) -> float:
+    """Standard deviation of the max of n i.i.d. draws: E[M^2] = int 2x (1 - F(x)^n) dx."""
+    from scipy import integrate
+
+    def tail(x: float) -> float:
+        return 1.0 - float(dist.cdf(x)) ** n
+
+    m1, _ = integrate.quad(tail, 0.0, math.inf, limit=200)
+    m2, _ = integrate.quad(lambda x: 2 * x * tail(x), 0.0, math.inf, limit=200)
+    return math.sqrt(m2 - m1 * m1)
+
+
+def test_queueing_check_quick_within_its_standard_errors(tmp_path):
+    from simfl import dists
+
+    lines = quick("queueing_check.py", tmp_path)
+    laws = {
+        "Exp(1)": dists.Exponential(1.0),
+        "ShiftedExp(0.5, 1)": dists.ShiftedExponential(0.5, 1.0),
+        "LogNormal(0, 0.5)": dists.LogNormal(0.0, 0.5),
+        "Pareto(3, 1)": dists.Pareto(3.0, 1.0),
+    }
+    rounds, checked = 800, 0
+    for line in lines:
+        if not any(q in line for q in ("mean round", "arrived fraction")):
+            continue
+        n, simulated, exact, _ = numbers(line, 4)
+        n = int(n)
+        # each row against its exact value within 3.29 SE (an exact simulator passes with
+        # 99.9%), the SE from theory over 800 independent rounds: sd of the max (numerical
+        # integral), of the k-th fastest of Exp(1) (sqrt(sum 1/j^2)), or binomial over 20 x 800
+        # jobs. SEs here: 0.7-2.5% of the value, so this end-to-end check catches a 5% error
+        # in most rows only; the powered checks are in tests/test_queueing.py
+        if "wait-all" in line:
+            law = next(name for name in laws if name in line)
+            se = sd_of_max(laws[law], n) / math.sqrt(rounds)
+            assert exact == pytest.approx(queueing_check.expected_max(laws[law], n), abs=1e-4)
+        elif "fastest" in line:
+            k = n // 4
+            se = math.sqrt(sum(1 / j**2 for j in range(n - k + 1, n + 1)) / rounds)
+            assert exact == pytest.approx(
+                queueing_check.harmonic(n) - queueing_check.harmonic(n - k), abs=1e-4
+            )
+        else:
+            se = math.sqrt(exact * (1 - exact) / (20 * rounds))
+        assert abs(simulated - exact) <= 3.29 * se + 5e-5, (line, se)  # + printed rounding
+        checked += 1
+    assert checked == 13
+
+
+def test_fedrep_linear_quick_floors(tmp_path):
+    lines = quick("fedrep_linear.py", tmp_path)
+    rows = {}
+    for line in lines:
+        if line.split()[:1] == ["FedRep"]:
+            _, _, r, init, rounds_to, _, floor, mse, _ = line.split()
+            rows[float(r)] = (float(init), float(rounds_to), float(floor), float(mse))
+    assert set(rows) == {0.1, 1.0}
+    for init, rounds_to, _, mse in rows.values():
+        # algorithms.md 1.4 [sim]: from about 0.4 (MoM, n=100) to the floor within ~50 rounds
+        assert init == pytest.approx(0.4, abs=0.05) and rounds_to <= 50
+        assert mse < 1e-6  # noise variance 1e-6: the fitted model sits at the noise
+    # the floor at r=1 is the [sim] reference's 6e-5 (its rounding interval [5.5e-5, 6.5e-5));
+    # ours 6.3e-5 (seed 0; 6.07e-5 over 3 seeds, per-seed sd 3.8%)
+    assert 5.5e-5 <= rows[1.0][2] < 6.5e-5
+    # theory: the floor is noise-driven, its size ~ 1/sqrt(samples averaged per round), so
+    # ten times fewer clients per round (r=0.1) give sqrt(10) = 3.16 x the floor (ours: 3.15;
+    # 3.22 over 6 seeds of 300 rounds). One seed each, per-seed sd ~4.5% and 3.8%, so the
+    # ratio's SE is 5.9% and the tolerance 3.29 SE = 19%: this quick run is not powered for a
+    # 5% error. The [sim] reference's 1e-4 at r=0.1 is inconsistent with this scaling and with
+    # its own 6e-5 at r=1; ours is 2.0e-4.
+    assert rows[0.1][2] / rows[1.0][2] == pytest.approx(math.sqrt(10), rel=0.19)
+
+
+def test_policy_shootout_quick_numbers(tmp_path):
+    lines = quick("policy_shootout.py", tmp_path, "--seeds", "2")
+    table = {}
+    for line in lines:
+        fields = line.split()
+        if fields and fields[0] in (
+            "wait-all",
+            "deadline",
+            "adaptive-deadline",
+            "fastest-k",
+            "over-selection",
+            "fedbuff",
+            "srpfl",
+        ):
+            table[fields[0]] = numbers(line, 9)
+    assert len(table) == 7
+    reached, speedup, lo, hi, final = 0, 5, 6, 7, 8
+    for name, row in table.items():
+        assert row[reached] == 2 and row[final] <= 1e-3, name  # every policy reaches the target
+    assert table["wait-all"][speedup] == table["wait-all"][lo] == table["wait-all"][hi] == 1
+    # cutting stragglers pays on this heavy-tailed fleet: the paired bootstrap CI excludes 1
+    for name in ("deadline", "adaptive-deadline", "fastest-k", "over-selection", "fedbuff"):
+        assert table[name][lo] > 1.5, (name, table[name])
+    # waiting for the k fastest of all beats a fixed deadline (seed 0-1: 9.4x vs 2.6x)
+    assert table["fastest-k"][lo] > table["deadline"][hi]
+
+
+def test_srpfl_schedule_quick_numbers(tmp_path):
+    lines = quick("srpfl_schedule.py", tmp_path, "--seeds", "2")
+    rows = {
+        line.split()[0]: numbers(line, 5)
+        for line in lines
+        if line.split()[:1] in (["srpfl"], ["fedrep-all"])
+    }
+    srpfl, fedrep = srpfl_schedule.expected_times(20, 5, 5, 15)
+    assert rows["srpfl"][3] == pytest.approx(srpfl, abs=5e-4)  # exact, printed to 3 decimals
+    assert rows["fedrep-all"][3] == pytest.approx(fedrep, abs=5e-4)
+    for mean, lo, hi, _, _ in rows.values():
+        assert lo <= mean <= hi
+    # two seeds cannot test the mean (per-seed cv 0.30): the powered check is
+    # tests/test_reproductions.py::test_schedule_matches_order_statistics
+    assert rows["srpfl"][0] < rows["fedrep-all"][0] / 2
+
+
+def test_perf_neural_batching_measures_the_same_work():
+    pytest.importorskip("torch")
+    import perf_neural_batching
+
+    from simfl.neural import MLP, Digits, ImageClassification, Phase, Shards
+
+    task = ImageClassification(Digits(), Shards(2), MLP((64, 32)))
+    r = perf_neural_batching.measure(task, 3, lambda net: (Phase(net.layer_names, 1),), 1)
+    assert set(r) == {"batched", "one-by-one", "torch loop", "samples/client"}
+    assert all(math.isfinite(v) and v > 0 for v in r.values())
+    data = task.build(100, Streams(0))  # the clients measure() trains
+    assert r["samples/client"] == pytest.approx(
+        np.mean([data.train_parts[c].size for c in range(3)])
     )
-    assert "figure:" in done.stdout
-    assert all(f.stat().st_size > 10_000 for f in tmp_path.glob("*.png"))
 
 
 def test_server_link_reduced():
-    sys.path.insert(0, str(ROOT / "analysis"))
     import server_link
 
     frame = server_link.experiment((5e3, math.inf), seeds=1, rounds=80)

@@ -150,23 +150,40 @@ def test_pause_also_pauses_the_failure_clock():
     assert job["compute"] == pytest.approx(0.7, abs=1e-9)  # busy seconds only
 
 
+def window_on_fraction(av: Availability, centre: np.ndarray, half: float) -> np.ndarray:
+    """Per device, the fraction of ``[centre - half, centre + half)`` it spends online."""
+    dev = np.repeat(np.arange(av.size), np.diff(av.offsets))
+    c = centre[dev]
+    overlap = np.clip(np.minimum(av.ends, c + half) - np.maximum(av.starts, c - half), 0.0, None)
+    return np.bincount(dev, overlap, minlength=av.size) / (2 * half)
+
+
 def test_diurnal_on_probability_follows_the_cycle():
-    period = 100.0
+    period, lo, hi = 100.0, 0.2, 0.8
     av = Availability.diurnal(
-        300, mean_on=1.0, low=0.2, high=0.8, period=period, horizon=10 * period, seed=2
+        300, mean_on=1.0, low=lo, high=hi, period=period, horizon=10 * period, seed=2
     )
-    assert av.on_fraction(0, 10 * period) == pytest.approx(0.5, abs=0.04)
-    # device by device: on more often near its peak than near its trough
+    # theory: p(t) = lo + (hi - lo)(1 + cos(2 pi (t - phi) / P)) / 2, tracked quasi-statically
+    # (mean_on = 1 << P = 100); over whole periods its mean is (lo + hi) / 2 = 0.5. SE (the
+    # per-device spread of 300 devices' on-fractions) 0.00085 = 0.17%; tolerance 0.0028 = 3.29 SE
+    assert av.on_fraction(0, 10 * period) == pytest.approx(0.5, abs=0.0028)
+    # device by device, the time online in windows of +-P/5 around its peak and its trough
+    # (7 cycles each): the mean of p over such a window is lo + (hi - lo)(1 +- sinc) / 2 with
+    # sinc = sin(delta) / delta, delta = 2 pi / 5, i.e. 0.7270 and 0.2730. SE over the 2,100
+    # windows 0.0011 (0.15%) and 0.0018 (0.66%); tolerances 3.29 SE = 0.0037 and 0.0059. A 5%
+    # error is >= 7 SE: checked, high=0.84 fails the peak and the mean, low=0.21 the trough
     from simfl.rng import Streams
 
-    ph = period * Streams(2).uniform("avail/diurnal/phase", np.arange(300))
-    peak, trough = [], []
-    for d in range(300):
-        for k in range(2, 9):
-            peak.append(av.is_on(d, ph[d] + k * period))
-            trough.append(av.is_on(d, ph[d] + k * period + period / 2))
-    assert np.mean(peak) == pytest.approx(0.8, abs=0.05)
-    assert np.mean(trough) == pytest.approx(0.2, abs=0.05)
+    delta = 2 * np.pi / 5
+    sinc = np.sin(delta) / delta
+    phase = period * Streams(2).uniform("avail/diurnal/phase", np.arange(300))
+    cycles = range(2, 9)
+    peak = np.mean([window_on_fraction(av, phase + k * period, period / 5) for k in cycles])
+    trough = np.mean(
+        [window_on_fraction(av, phase + (k + 0.5) * period, period / 5) for k in cycles]
+    )
+    assert peak == pytest.approx(lo + (hi - lo) * (1 + sinc) / 2, abs=0.0037)
+    assert trough == pytest.approx(lo + (hi - lo) * (1 - sinc) / 2, abs=0.0059)
 
 
 def test_churn_and_correlated_groups():

@@ -235,7 +235,13 @@ def test_run_rejects_non_scenarios():
 
 def test_scenario_repr_and_replace():
     sc = timing_scenario()
-    assert isinstance(dataclasses.replace(sc, seed=3), Scenario)
+    other = dataclasses.replace(sc, seed=3)
+    assert type(other) is Scenario and other.seed == 3 and sc.seed == 0  # sc is unchanged
+    assert other == dataclasses.replace(sc, seed=3) and other != sc
+    assert other.fleet is sc.fleet and other.policy is sc.policy  # the rest is shared
+    # replace re-validates: a bad field fails at construction, naming the field
+    with pytest.raises(ValueError, match=r"Scenario\.seed"):
+        dataclasses.replace(sc, seed=-1)
     assert "TimingOnly" in repr(sc)
 
 

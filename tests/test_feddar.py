@@ -343,12 +343,13 @@ def test_fig2_reduced_sa_far_below_baselines_and_wa_depends_on_the_head_solver()
     frame = feddar_analysis.experiment(samples=(10,), seeds=(0,), rounds=60, workers=1)
     err = feddar_analysis.final_errors(frame)[10]
     best_baseline = err[list(feddar_analysis.BASELINES)].min()
-    assert err[feddar_analysis.SA] <= 1e-3 * best_baseline, err  # paper: ~1e-4
+    # the paper [seed]: "four orders of magnitude" below every baseline (this seed: 2.6e6x)
+    assert err[feddar_analysis.SA] <= 1e-4 * best_baseline, err
     # WA with minimum-norm local heads settles on a biased point, far above SA ...
     wa = feddar_analysis.wa_behaviour(frame).set_index("method")
     assert err[feddar_analysis.WA_LSTSQ] >= 100 * err[feddar_analysis.SA]
     assert wa.loc[feddar_analysis.WA_LSTSQ, "final/half"] > 0.5
     assert wa.loc[feddar_analysis.SA, "final/half"] < 0.1
     # ... while WA with gradient steps from the server head converges like SA
-    assert err[feddar_analysis.WA_GD] <= 1e-3 * best_baseline
+    assert err[feddar_analysis.WA_GD] <= 1e-4 * best_baseline
     assert err[feddar_analysis.WA_GD] <= 10 * err[feddar_analysis.SA_GD]

@@ -1,6 +1,7 @@
 """FedMAvg (federated matrix factorisation), its tasks, and its reproductions at reduced size."""
 
 import dataclasses
+import functools
 import itertools
 import math
 import sys
@@ -298,15 +299,33 @@ def test_size_weighted_sampling_with_replacement_repeats_updates():
 
 
 # ------------------------------------------------------------------ reproductions
-def test_fig1_claims_at_reduced_size():
+@functools.lru_cache(maxsize=1)
+def fig1_claims_reduced() -> pd.Series:
+    """Fig. 1's six claims at the tests' reduced size (computed once for the two tests)."""
     size = analysis.Size(m_features=60, n_samples=600, k=4, p=20, rounds=30, seeds=2)
-    table = analysis.claims(analysis.fig1(size)).set_index("paper's claim")["holds"]
-    # (a) at m=P and the diminishing returns of Q1 hold at the script's default size only (the
-    # report says so); at this size Q2=20 edges out the diminishing schedule when m=P
+    return analysis.claims(analysis.fig1(size)).set_index("paper's claim")["holds"]
+
+
+def test_fig1_claims_at_reduced_size():
+    table = fig1_claims_reduced()
     assert table["(b) m=P/10: diminishing Q2 beats constant Q2=20"]
     assert table["(a)/(b) the gap widens under partial communication"]
     assert table["(c) more Q1 helps: Q1=1 > 5 > 10 (scores)"]
     assert table["(d) PCC beats PCP"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not reproduced at test size: at 60x600, K=4, P=20, 30 rounds (and at the script's "
+    "--quick size 100x1000, K=5) Q2=20 edges out the diminishing schedule when m=P (0.7669 vs "
+    "0.7706 mean log10 objective) and Q1 10->20 gains more than 1->5 (0.016 vs 0.009); the "
+    "README reports both holding at the script's full size (500x5000, K=20, P=100), which "
+    "takes too long for a test",
+)
+def test_fig1_claims_that_do_not_hold_at_reduced_size():
+    table = fig1_claims_reduced()
+    assert table["(a) m=P: diminishing Q2 beats constant Q2=20"]
+    assert table["(c) diminishing returns: gain 10->20 < gain 1->5"]
 
 
 # ------------------------------------------------------------------ MovieLens (optional extra)
@@ -381,10 +400,29 @@ def test_movielens_client_update_and_als():
     assert len(hist) == 3
 
 
-@needs_movielens
-def test_movielens_m10_comes_within_5_percent_of_centralised():
+@functools.lru_cache(maxsize=1)
+def movielens_reduced() -> tuple[float, float, float]:
+    """(FedMAvg m=10, centralised ALS, user-mean predictor) test RMSE, 150 users, 60 rounds."""
     frame, central, baseline = analysis.movielens(60, m=10, users=150)
-    fed = frame["test_rmse"].iloc[-1]
+    return float(frame["test_rmse"].iloc[-1]), central, baseline
+
+
+@needs_movielens
+def test_movielens_m10_beats_the_user_mean_predictor():
+    fed, central, baseline = movielens_reduced()
     assert central < baseline  # the centralised model does learn something beyond user means
-    assert fed < baseline
-    assert fed <= 1.05 * central
+    assert fed < baseline  # (at this size: 0.9646 vs 0.9787; centralised 0.9405)
+    assert fed > central  # federated with 10 of 150 users per round stays behind ALS
+
+
+@needs_movielens
+@pytest.mark.xfail(
+    strict=True,
+    reason="not reproduced at test size: the paper's 'close to centralised' read as closing at "
+    "least half of centralised ALS's gain over the user-mean predictor; at 150 users and 60 "
+    "rounds FedMAvg (m=10) closes 37% (0.9646 vs ALS 0.9405, user means 0.9787). The old "
+    "window (within 5% of ALS) was looser than the user-mean predictor itself",
+)
+def test_movielens_m10_comes_close_to_centralised():
+    fed, central, baseline = movielens_reduced()
+    assert baseline - fed >= 0.5 * (baseline - central)

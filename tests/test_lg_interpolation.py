@@ -296,7 +296,20 @@ def test_reproduction_fig2_reduced():
     # the closed form has its minimum where the [sim] reference has it
     assert (opt["alpha* closed form (grid)"] == opt["alpha* reference"]).all(), opt
     assert opt["interior beats both ends"].all()
-    assert opt.loc[0.1, "alpha* ours"] == pytest.approx(0.6, abs=0.1)
-    assert opt.loc[0.06, "alpha* ours"] == pytest.approx(0.3, abs=0.1)
+    # the closed form's real minimiser rounds to the reference's grid point (0.568 -> 0.6 and
+    # 0.322 -> 0.3), a derived check independent of the grid
+    assert opt.loc[0.1, "alpha* closed form"] == pytest.approx(0.568, abs=0.005)
+    assert opt.loc[0.06, "alpha* closed form"] == pytest.approx(0.322, abs=0.005)
+    # ours, paired by seed (the same data at every alpha): no alpha beats the reference's alpha*
+    # by more than 3.29 SE of the paired difference, and both ends are worse than it by more
+    # than 3.29 SE (instead of accepting the neighbouring grid point as alpha*)
+    for (_, rho), g in frame.groupby(["sigma", "rho"]):
+        best = g[lg_alpha.alpha_metric(lg_alpha.REFERENCE_ALPHA[(1.5, rho)])].to_numpy()
+        for a in lg_alpha.ALPHA_GRID:
+            diff = g[lg_alpha.alpha_metric(a)].to_numpy() - best
+            se = diff.std(ddof=1) / np.sqrt(diff.size) if diff.any() else 0.0
+            assert diff.mean() >= -3.29 * se, (rho, a, diff.mean(), se)
+            if a in (0.0, 1.0):
+                assert diff.mean() > 3.29 * se, (rho, a, diff.mean(), se)
     # one WaitAll round lasts as long as the slowest of the M jobs
     assert (frame["time"] == frame["duration"]).all()

@@ -123,11 +123,14 @@ def test_method_of_moments_improves_with_more_clients():
 def test_fedrep_acceptance_converges_within_100_rounds():
     # d=20, k=2, 100 clients, 10 fresh samples, fraction 0.1, noise std 1e-3
     res = run(linear_scenario(rounds=100), progress=False)
-    first = int(np.argmax(res.rounds["distance"].to_numpy() < 1e-3))
-    assert res.rounds["distance"].iloc[first] < 1e-3
-    assert res.rounds["distance"].iloc[-1] < 1e-3
+    below = np.flatnonzero(res.rounds["distance"].to_numpy() < 1e-3)
+    assert below.size
+    # algorithms.md 1.4 [sim]: from about 0.4 (MoM) to the noise floor within about 50 rounds
+    # (this seed: below 1e-3 at round 35); a slower contraction (e.g. half the step) fails
+    assert res.meta["initial_metrics"]["distance"] > 0.2
+    assert below[0] < 50
+    assert (res.rounds["distance"].iloc[below[0] :] < 1e-3).all()  # and it stays there
     assert res.rounds["test_mse"].iloc[-1] < 1e-3
-    assert first < 100
 
 
 @pytest.mark.parametrize("local_steps", [1, 5])

@@ -173,8 +173,17 @@ def test_fig1_fig4_reduced():
 
 
 def test_fleet_default_fixture_is_not_shared_state():
-    f = Fleet.homogeneous(3, dists.Constant(1.0))
-    assert dataclasses.replace(linear_scenario(n=3, policy=policies.WaitAll()), fleet=f).fleet is f
+    # each call builds its own fleet, and a replaced fleet is the one that is simulated: on a
+    # Constant(2.0) s/unit fleet every job computes for exactly 2 s per unit of work
+    a, b = linear_scenario(n=3), linear_scenario(n=3)
+    assert a.fleet is not b.fleet
+    f = Fleet.homogeneous(3, dists.Constant(2.0))
+    sc = dataclasses.replace(linear_scenario(n=3, policy=policies.WaitAll(), rounds=2), fleet=f)
+    jobs = run(sc, progress=False).clients
+    assert len(jobs) == 6
+    np.testing.assert_array_equal(jobs["compute"], 2.0 * jobs["work"])
+    default = run(dataclasses.replace(sc, fleet=a.fleet), progress=False).clients
+    assert not np.array_equal(default["compute"], 2.0 * default["work"])  # Exp(1), not constant
 
 
 def test_gdgd_costs_one_work_unit_per_gradient_step():

@@ -59,3 +59,22 @@ def test_million_script_runs_small_and_records_every_job(tmp_path):
     assert row["jobs"] == 8 * 50
     assert row["peak_rss_mb"] > 0 and row["marginal_s_per_round"] is not None
     assert 0 <= row["final_distance"] <= 1
+
+
+def test_availability_script_runs_tiny_and_writes_rows_with_numeric_ratios(tmp_path):
+    import availability_throughput
+    from _perf import report
+
+    rows = availability_throughput.measure(quick=True, repeats=1, rounds=4, fleet=300)
+    report(rows, str(tmp_path), "availability_throughput")
+    doc = json.loads((tmp_path / "availability_throughput.json").read_text())
+    assert [r["target"] for r in doc["rows"]] == [
+        "availability throughput (abort)",
+        "availability throughput (pause)",
+    ]
+    for row in doc["rows"]:
+        assert row["simfl"] > 0 and row["baseline"] > 0
+        assert np.isfinite(row["ratio"]) and row["ratio"] > 0
+        assert row["passed"] == (row["ratio"] >= 1)
+        assert "live reference" in row["note"]
+    assert (tmp_path / "availability_throughput.csv").read_text().startswith("target,")

@@ -3,6 +3,7 @@ weighted aggregation, validation, lazy == eager, determinism; W1's data equal th
 
 import importlib.util
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,16 @@ from simfl.tasks.linear import LinearRepresentation
 from simfl.tasks.w1_data import make_w1
 from tests.helpers import arrived, rows
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers" / "w1_data.py"
+
+def peers_generator() -> Path:
+    """The peers' W1 generator: ``$SIMFL_PEERS/w1_data.py``, else ``../shared/peers`` beside the
+    repository (the workspace layout; a plain clone has neither)."""
+    env = os.environ.get("SIMFL_PEERS")
+    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "peers"
+    return folder / "w1_data.py"
+
+
+PEERS = peers_generator()
 
 
 def small_task(sizes=(23, 23, 7, 23, 12), d=5, k=3, seed=1):
@@ -171,7 +181,11 @@ def test_w1_generator_defaults_and_shapes():
     assert not np.array_equal(other.test_x, xt)
 
 
-@pytest.mark.skipif(not PEERS.exists(), reason="shared/peers not beside the repository")
+@pytest.mark.skipif(
+    not PEERS.exists(),
+    reason=f"the peers' W1 generator is not at {PEERS}: set SIMFL_PEERS to the folder holding "
+    "w1_data.py (shared/peers of the workspace) to check W1's data against it",
+)
 def test_w1_data_identical_to_the_peers_generator():
     spec = importlib.util.spec_from_file_location("peers_w1_data", PEERS)
     peers = importlib.util.module_from_spec(spec)

@@ -8,7 +8,8 @@ returns :class:`~simfl.results.Results`.
 * :mod:`~simfl.engine.jobs` plans device jobs (download, compute, upload, failure clock) in one
   vectorised step; :mod:`~simfl.engine.playback` plays them (planned or live);
   :mod:`~simfl.engine.live` and :mod:`~simfl.engine.links` are the live machinery
-  (availability, max-min fair shared links).
+  (availability, max-min fair shared links); :mod:`~simfl.engine.offline` resolves jobs
+  under availability on private links from their plans.
 * :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds
   through edge servers); :mod:`~simfl.engine.asynchronous` the asynchronous one;
   :mod:`~simfl.engine.tiered` the semi-asynchronous one (synchronous within groups).
@@ -81,11 +82,13 @@ def run(
         run, is stored in ``meta["error"]`` and everything computed so far is returned.
         ``"raise"``: re-raise it.
     batched
-        Play runs whose devices have private links and are always online without job
-        events (default): each synchronous round's outcome follows from its job plan in one
-        vectorised step, and asynchronous runs handle their jobs from a heap of the instants
-        they resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
-        process, the straightforward path; the results are identical.
+        Play runs whose devices have private links without job events (default): each
+        synchronous round's outcome follows from its job plan in one vectorised step, and,
+        with on/off availability, from the plan and the devices' on-intervals; asynchronous
+        runs of devices always online handle their jobs from a heap of the instants they
+        resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
+        process, stage by stage under availability: the straightforward path; the results
+        are identical.
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")

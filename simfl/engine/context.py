@@ -36,7 +36,7 @@ from simfl.algorithms.base import Updates
 from simfl.engine.jobs import JobPlan, plan_jobs
 from simfl.engine.links import FlowNetwork
 from simfl.engine.live import DeviceRuntime
-from simfl.engine.playback import Live, Planned, Playback
+from simfl.engine.playback import Live, Planned, Playback, Resolved
 from simfl.fleet import AvailabilityCursor
 from simfl.fleet.energy import job_energy
 from simfl.network import transfer_seconds
@@ -107,9 +107,11 @@ class RunContext:
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
         self.network: FlowNetwork | None = None
-        self.playback = self._playback(scenario)
+        self.playback = self._playback(scenario, batched)
         #: Play synchronous rounds without job events where the playback is planned.
         self.batched = batched and self.playback.planned
+        #: Play flat synchronous rounds without job events from their jobs' resolved events.
+        self.resolved = isinstance(self.playback, Resolved)
         self.view = PolicyView(self)
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)
@@ -118,8 +120,12 @@ class RunContext:
             self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
         )
 
-    def _playback(self, scenario: Scenario) -> Playback:
-        """The run's job playback: planned unless devices go offline or share links."""
+    def _playback(self, scenario: Scenario, batched: bool) -> Playback:
+        """The run's job playback: planned unless devices go offline or share links.
+
+        Availability on private links is resolved from the plans, unless ``batched`` is
+        ``False`` (the straightforward path: every job a live process).
+        """
         fleet = scenario.fleet
         if scenario.network is None and self.cursor is None:
             return Planned(self.env, fleet, None)
@@ -133,6 +139,8 @@ class RunContext:
             links = topology.device_links()
             path_latency = topology.path_latency
         devices = DeviceRuntime(self.env, self.cursor, fleet.offline, self.network, path_latency)
+        if batched and self.network is None:
+            return Resolved(self.env, fleet, devices)
         return Live(self.env, fleet, links, devices, self.network)
 
     # ----------------------------------------------------------------- jobs

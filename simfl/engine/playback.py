@@ -11,6 +11,13 @@
     Devices with on/off availability and/or a shared network: a transfer's duration depends on
     the other flows on its links (:mod:`simfl.engine.links`), and a device going offline aborts
     or pauses its job. The job's record is kept as it runs (:mod:`simfl.engine.live`).
+:class:`Resolved`
+    On/off availability on private links: availability is then the only thing touching a
+    running job, so its whole history follows from its plan and its device's on-intervals
+    (:func:`~simfl.engine.offline.resolve`, bit for bit what :class:`Live` records).
+    Synchronous rounds are played from it without job events (:mod:`simfl.engine.sync`);
+    jobs started one by one (asynchronous, semi-asynchronous and edge loops) run as in
+    :class:`Live`, which stays the reference (``simfl.run(..., batched=False)``).
 
 Both start job processes that report ``on_arrive(j)`` or ``on_drop(j)`` and stop quietly when
 interrupted, and both work out what each job spent and moved for the records (:meth:`split`).
@@ -18,6 +25,7 @@ interrupted, and both work out what each job spent and moved for the records (:m
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from typing import Any
@@ -29,10 +37,11 @@ from numpy.typing import NDArray
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
 from simfl.engine.links import FlowNetwork
 from simfl.engine.live import DeviceRuntime
+from simfl.engine.offline import Resolution, resolve
 from simfl.fleet import Fleet
 from simfl.outcome import ARRIVED
 
-__all__ = ["Live", "Planned", "Playback", "Split"]
+__all__ = ["Live", "Planned", "Playback", "Resolved", "Split"]
 
 Callback = Callable[[int], None]
 Array = NDArray[np.float64]
@@ -121,6 +130,77 @@ class Live(Playback):
         down, comp, up = time_split(plan, t_end)
         b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
         return down, comp, up, b_down, b_up
+
+
+class Resolved(Live):
+    """Availability on private links: jobs resolved from their plans (see the module docstring).
+
+    Parameters
+    ----------
+    env, fleet
+        The run's environment and fleet.
+    devices
+        The live job processes (with the availability cursor and the offline mode), for jobs
+        started one by one and for rounds whose events tie at their closing instant.
+    """
+
+    def __init__(self, env: simpy.Environment, fleet: Fleet, devices: DeviceRuntime) -> None:
+        if devices.cursor is None or devices.network is not None:
+            raise ValueError("Resolved playback needs an availability and private links")
+        super().__init__(env, fleet, None, devices, None)
+        self.cursor = devices.cursor
+        #: The latest pending event a stopped job left in the schedule (see :meth:`leave`).
+        self.pending_until = -math.inf
+
+    def split(self, plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> Split:  # noqa: D102
+        if (status == ARRIVED).all():  # every stage done in busy spells, every byte moved
+            spent = plan.spent
+            return spent[:, 0], spent[:, 1], spent[:, 2], plan.size_down, plan.size_up
+        return super().split(plan, status, t_end)
+
+    def resolve(self, plan: JobPlan) -> Resolution:
+        """The events of the jobs of ``plan``, which start now."""
+        return resolve(plan, self.cursor, self.devices.offline == "pause")
+
+    def leave(self, t: float) -> None:
+        """Keep an event at ``t`` in the schedule, as a stopped live job leaves its timeout.
+
+        Such events change nothing, but the clock passes them when a run ends because nothing
+        is left to happen (paused jobs waiting for devices that never return); only the
+        latest matters.
+        """
+        if math.isfinite(t) and t > self.pending_until:
+            self.pending_until = t
+            env = self.env
+
+            def land(_: object) -> None:  # from a few ulps short of t, t - now is exact
+                if env.now < t:
+                    env.timeout(t - env.now)
+
+            env.timeout(delay_below(env.now, t)).callbacks.append(land)
+
+
+def landing_delay(now: float, t: float) -> float:
+    """A delay ``d >= 0`` with ``now + d == t`` in floating point (so the clock lands on ``t``)."""
+    d = t - now
+    for _ in range(8):
+        reached = now + d
+        if reached == t:
+            return d
+        d = float(np.nextafter(d, math.inf if reached < t else -math.inf))
+    raise AssertionError(f"cannot land the clock on {t!r} from {now!r}")  # pragma: no cover
+
+
+def delay_below(now: float, t: float) -> float:
+    """The largest delay ``d >= 0`` with ``now + d <= t`` in floating point (``t >= now``).
+
+    ``now + d`` may fall a few units in the last place short of ``t`` (when no delay lands on
+    ``t`` exactly); from there ``t - (now + d)`` is exact, so a second delay lands on ``t``.
+    """
+    d = t - now
+    while d > 0.0 and now + d > t:
+        d = float(np.nextafter(d, -math.inf))
+    return d
 
 
 def _one_race(

@@ -10,8 +10,9 @@ algorithm then computes the arrived updates in one batched call and aggregates t
 round's :class:`~simfl.outcome.Outcome`.
 
 How a round is played is chosen once per run: without job events where the playback is planned
-(:func:`_batched_round`), with one SimPy process per job otherwise (:func:`_process_round`), or
-through edge servers for an :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
+(:func:`_batched_round`) or resolved (:func:`_resolved_round`: availability on private links),
+with one SimPy process per job otherwise (:func:`_process_round`), or through edge servers for
+an :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from numpy.typing import NDArray
 from simfl.engine.aggregation import close_aggregation
 from simfl.engine.edge import EdgeRound
 from simfl.engine.jobs import JobPlan, fit_work, resolution
+from simfl.engine.offline import Resolution
+from simfl.engine.playback import Resolved, delay_below
+from simfl.engine.playback import landing_delay as _delay_until
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, Outcome
 from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
 
@@ -48,6 +52,7 @@ class RoundState:
         "plan",
         "procs",
         "quota",
+        "resolution",
         "round",
         "schedule",
         "stage",
@@ -69,6 +74,8 @@ class RoundState:
             tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.int64] | None] | None
         )
         self.schedule = None
+        #: The events of the jobs of a round played from a resolved playback, until it closes.
+        self.resolution: Resolution | None = None
         self.status = np.full(plan.size, RUNNING, dtype=np.int8)
         self.t_end = np.full(plan.size, math.nan)
         self.n_arrived = 0
@@ -151,7 +158,7 @@ class SyncLoop:
         t0 = ctx.env.now
         rnd, repeats = start_round(ctx, decision, r, self.policy)
         self.current = rnd
-        yield from play_round(ctx, rnd, decision.deadline)
+        yield from play_round(ctx, rnd, decision.deadline, alone=True)
         self.current = None
         return close_aggregation(
             ctx,
@@ -191,6 +198,8 @@ def abandon_round(ctx: RunContext, rnd: RoundState) -> None:
         if order is None:
             order = np.argsort(t_res, kind="stable")
         _settle(rnd, t_res, arrives, order, ctx.env.now)
+    if rnd.resolution is not None:  # events at this very instant are not processed
+        _apply(rnd, rnd.resolution, ctx.env.now, inclusive=False)
     received = rnd.status == ARRIVED
     rnd.close(CANCELLED)
     rnd.status[received] = CANCELLED  # received but never aggregated
@@ -225,13 +234,19 @@ def start_round(
 
 
 def play_round(
-    ctx: RunContext, rnd: RoundState, deadline: float | None
+    ctx: RunContext, rnd: RoundState, deadline: float | None, *, alone: bool = False
 ) -> Generator[Any, Any, None]:
-    """Play a round's jobs until it closes (event-free where the playback is planned)."""
+    """Play a round's jobs until it closes (event-free where the playback is planned).
+
+    ``alone``: nothing else is in flight while the round plays (a flat synchronous round), so
+    a resolved playback may play it without job events too.
+    """
     if rnd.plan.size == 0:  # an empty cohort: the round closes at once, empty
         rnd.closed = True
     elif ctx.batched:
         yield from _batched_round(ctx, rnd, deadline)
+    elif alone and ctx.resolved:
+        yield from _resolved_round(ctx, rnd, deadline)
     else:
         yield from _process_round(ctx, rnd, deadline)
 
@@ -274,17 +289,6 @@ def _settle(
     rnd.n_arrived = int(got.sum())
     rnd.n_resolved = int(due.size)
     rnd.closed = rnd.n_arrived >= rnd.quota or rnd.n_resolved == plan.size
-
-
-def _delay_until(now: float, t: float) -> float:
-    """A delay ``d >= 0`` with ``now + d == t`` in floating point (so the clock lands on ``t``)."""
-    d = t - now
-    for _ in range(8):
-        reached = now + d
-        if reached == t:
-            return d
-        d = float(np.nextafter(d, math.inf if reached < t else -math.inf))
-    raise AssertionError(f"cannot land the clock on {t!r} from {now!r}")  # pragma: no cover
 
 
 def _batched_round(
@@ -333,3 +337,97 @@ def _batched_round(
     rnd.status[:] = np.where(due, np.where(arrives, ARRIVED, DROPPED), LATE if late else CANCELLED)
     rnd.t_end[:] = np.where(due, t_res, t_close)
     rnd.closed = True
+
+
+def _resolved_close(
+    res: Resolution, quota: int, t0: float, deadline: float | None
+) -> tuple[float, bool] | None:
+    """When a resolved round closes and whether its deadline closes it (late jobs).
+
+    ``None`` when events of several jobs coincide at the closing instant (besides the job
+    closing it): the order SimPy processes them in then decides what is recorded, so the
+    round is played with live job processes instead.
+    """
+    t_res, arrives = res.t_end, res.arrives
+    closer = -1  # the job whose arrival closes the round (-1: every job resolved, or deadline)
+    if quota >= t_res.size or quota > int(arrives.sum()):
+        t_close = float(t_res.max())
+    else:  # the quota-th arrival, jobs resolving at one instant in job order
+        order = np.argsort(t_res, kind="stable")
+        closer = int(order[int(np.flatnonzero(np.cumsum(arrives[order]) >= quota)[0])])
+        t_close = float(t_res[closer])
+    late = False
+    if deadline is not None and t0 + deadline <= t_close:  # any event at it is a tie
+        t_close, late, closer = t0 + deadline, True, -1
+    elif closer < 0:
+        return t_close, False  # every job resolved: the order they did so in changes nothing
+    at = res.times == t_close
+    if closer >= 0:
+        at[closer] = False
+    return None if at.any() else (t_close, late)
+
+
+def _apply(rnd: RoundState, res: Resolution, t: float, inclusive: bool) -> None:
+    """Bring ``rnd`` and its plan's record to what the live processes left at ``t``.
+
+    ``inclusive``: the events at ``t`` itself were processed.
+    """
+    plan = rnd.plan
+    spent, progress, active = res.state_at(t, inclusive)
+    plan.spent[:] = spent
+    plan.progress[:] = progress
+    plan.active_since[:] = active
+    due = np.flatnonzero(res.t_end <= t if inclusive else res.t_end < t)
+    rnd.status[due] = np.where(res.arrives[due], ARRIVED, DROPPED)
+    rnd.t_end[due] = res.t_end[due]
+
+
+def _resolved_round(
+    ctx: RunContext, rnd: RoundState, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """The round without job events, its devices going on and off: resolved from the plan.
+
+    Each job's events follow from its plan and its device's intervals
+    (:func:`~simfl.engine.offline.resolve`); the server sleeps until the round closes and
+    records exactly what :func:`_process_round` records with live job processes: where each
+    stopped job stood, its pending event kept in the schedule. A round whose closing instant
+    other jobs' events share is played with those processes.
+    """
+    env, plan = ctx.env, rnd.plan
+    playback = ctx.playback
+    assert isinstance(playback, Resolved)
+    t0 = env.now
+    res = playback.resolve(plan)
+    close = _resolved_close(res, rnd.quota, t0, deadline)
+    if close is None:
+        yield from _process_round(ctx, rnd, deadline)
+        return
+    t_close, late = close
+    rnd.resolution = res  # if the run ends while the round is in flight, it settles from it
+    if math.isinf(t_close):  # jobs paused for ever: the last event happens, then nothing
+        last = float(res.times[np.isfinite(res.times)].max())
+        yield from _sleep_until(env, last)
+        rnd.resolution = None
+        _apply(rnd, res, last, inclusive=True)
+        yield env.event()  # never triggered: the run ends (offline, or at max_time)
+    yield from _sleep_until(env, t_close)
+    if ctx.scenario.max_time is not None:
+        yield env.timeout(0.0)  # as the processes' "round done" event (see _batched_round)
+    rnd.resolution = None
+    _apply(rnd, res, t_close, inclusive=True)
+    stopped = np.flatnonzero(rnd.status == RUNNING)
+    rnd.status[stopped] = LATE if late else CANCELLED
+    rnd.t_end[stopped] = t_close
+    rnd.closed = True
+    if stopped.size:  # their pending timeouts stay in the schedule, as the processes' do
+        pending = res.next_after(t_close)[stopped]
+        pending = pending[np.isfinite(pending)]
+        if pending.size:
+            playback.leave(float(pending.max()))
+
+
+def _sleep_until(env: simpy.Environment, t: float) -> Generator[Any, Any, None]:
+    """Sleep until the clock is exactly ``t`` (in two steps where one cannot land on it)."""
+    yield env.timeout(delay_below(env.now, t))
+    if env.now < t:
+        yield env.timeout(t - env.now)  # exact: now is within a few ulps of t

@@ -417,37 +417,69 @@ class Availability:
 
 
 class AvailabilityCursor:
-    """Fast availability queries at a clock that only moves forward (one per run)."""
+    """Fast availability queries at a clock that only moves forward (one per run).
 
-    __slots__ = ("av", "ptr")
+    It keeps, for every device, its first interval not yet ended (``start``, ``end``; both
+    ``inf`` once the device has no interval left), so a query only moves the devices whose
+    interval has ended since the last one, and none before the earliest such end.
+    """
+
+    __slots__ = ("_change", "av", "end", "hi", "ptr", "start")
 
     def __init__(self, av: Availability) -> None:
         self.av = av
+        self.hi = av.offsets[1:]
         self.ptr = av.offsets[:-1].copy()  # first interval of each device not yet ended
+        self.start, self.end = self._at(self.ptr, self.hi)
+        #: No interval ends before this time (a lower bound: nothing to move before it).
+        self._change = float(self.end.min()) if self.end.size else math.inf
 
-    def _advance(self, devices: NDArray[np.int64] | slice, t: float) -> NDArray[np.int64]:
-        av, ptr = self.av, self.ptr
-        p = ptr[devices]
-        if av.ends.size == 0:
-            return np.asarray(p, dtype=np.int64)
-        hi = av.offsets[1:][devices]
+    def _at(self, p: NDArray[np.int64], hi: NDArray[np.int64]) -> tuple[Array, Array]:
+        """The interval ``p`` of each device (``inf`` where ``p`` is past its last one)."""
+        av = self.av
+        if av.starts.size == 0:
+            return np.full(p.size, math.inf), np.full(p.size, math.inf)
+        left = p < hi
+        q = np.minimum(p, av.starts.size - 1)
+        return np.where(left, av.starts[q], math.inf), np.where(left, av.ends[q], math.inf)
+
+    def _move(self, rows: NDArray[np.int64], t: float) -> None:
+        """Move the pointers of devices ``rows`` (whose interval ended by ``t``) past ``t``."""
+        ends = self.av.ends
+        p, hi = self.ptr[rows] + 1, self.hi[rows]  # each row's interval has ended by t
         while True:
-            move = (p < hi) & (av.ends[np.minimum(p, av.ends.size - 1)] <= t)
+            move = (p < hi) & (ends[np.minimum(p, ends.size - 1)] <= t)
             if not move.any():
                 break
             p = p + move
-        ptr[devices] = p
-        return np.asarray(p, dtype=np.int64)
+        self.ptr[rows] = p
+        self.start[rows], self.end[rows] = self._at(p, hi)
+
+    def _advance_all(self, t: float) -> None:
+        if t < self._change:
+            return
+        self._move(np.flatnonzero(self.end <= t), t)
+        self._change = float(self.end.min())
+
+    def current(
+        self, devices: NDArray[np.int64], t: float
+    ) -> tuple[NDArray[np.int64], Array, Array]:
+        """Each device's first interval not ended at ``t``: its index, start and end.
+
+        The index is into ``av.starts`` and ``av.ends``; ``av.offsets[device + 1]`` (and an
+        ``inf`` start and end) means the device has no interval left. ``t`` must not be
+        earlier than any time queried before (the cursor only moves forward).
+        """
+        if t >= self._change:
+            stale = devices[self.end[devices] <= t]
+            if stale.size:
+                self._move(stale, t)
+        return self.ptr[devices], self.start[devices], self.end[devices]
 
     def online(self, t: float) -> NDArray[np.bool_]:
         """Which devices are online at ``t``."""
-        av = self.av
-        if av.starts.size == 0:
-            return np.zeros(av.size, dtype=bool)
-        p = self._advance(slice(None), t)
-        valid = p < av.offsets[1:]
-        q = np.minimum(p, av.starts.size - 1)
-        return np.asarray(valid & (av.starts[q] <= t), dtype=bool)
+        self._advance_all(t)
+        return np.asarray(self.start <= t, dtype=bool)
 
     def window(self, device: int, t: float) -> tuple[bool, float, float]:
         """``(online, next_off, next_on)`` of one device at time ``t``.
@@ -455,33 +487,23 @@ class AvailabilityCursor:
         Online: ``next_off`` is when the current interval ends. Offline: ``next_on`` is when the
         next interval starts (``inf`` if never).
         """
-        av = self.av
-        p = int(self._advance(np.array([device]), t)[0])
-        if p >= av.offsets[device + 1]:
+        if self.end[device] <= t:
+            self._move(np.array([device]), t)
+        start = float(self.start[device])
+        if math.isinf(start):
             return False, t, math.inf
-        start, end = float(av.starts[p]), float(av.ends[p])
         if start <= t:
-            return True, end, t
+            return True, float(self.end[device]), t
         return False, t, start
-
-    def _next_starts(self, t: float) -> NDArray[np.float64] | None:
-        """The start of each device's first interval not ended by ``t`` (None: none is left)."""
-        av = self.av
-        p = self._advance(slice(None), t)
-        valid = p < av.offsets[1:]
-        if not valid.any():
-            return None
-        return np.asarray(av.starts[np.minimum(p, av.starts.size - 1)][valid])
 
     def next_arrival(self, t: float) -> float:
         """The earliest time after ``t`` at which a device that is offline at ``t`` comes on."""
-        starts = self._next_starts(t)
-        if starts is None:
-            return math.inf
-        later = starts[starts > t]
+        self._advance_all(t)
+        later = self.start[self.start > t]
         return float(later.min()) if later.size else math.inf
 
     def next_online(self, t: float) -> float:
         """The earliest time at or after ``t`` at which some device is online."""
-        starts = self._next_starts(t)
-        return math.inf if starts is None else float(max(t, starts.min()))
+        self._advance_all(t)
+        first = float(self.start.min()) if self.start.size else math.inf
+        return first if math.isinf(first) else max(t, first)

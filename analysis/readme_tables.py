@@ -1,0 +1,186 @@
+"""Render the README's tables of checks, reproductions and performance from the results files.
+
+Every number in these tables is read from a file a script wrote, so the README cannot drift from
+what the scripts print:
+
+* ``checks``: one row per analysis script, from ``analysis/results/<script>.json`` (its
+  ``checks`` and ``measured`` fields; see ``analysis/_common.write_results``);
+* ``reproduction``: every claim of the five seed papers, with ours beside the paper's and a
+  status (reproduced / qualitative / not reproduced / not attempted, and why): the ``claims`` of
+  the results files plus ``analysis/paper_claims.json`` (the claims no script attempts);
+* ``performance``: the rows of ``analysis/perf/results/suite.json`` (``analysis/perf/suite.py``).
+
+Each table sits in README.md between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``.
+
+    python analysis/readme_tables.py            # rewrite the README's tables
+    python analysis/readme_tables.py --check    # exit 1 if the README differs (tests run this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+STATIC = HERE / "paper_claims.json"
+SUITE = HERE / "perf" / "results" / "suite.json"
+README = ROOT / "README.md"
+
+PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
+STATUSES = ("reproduced", "qualitative", "not reproduced", "not attempted")
+
+
+def results_files(folder: Path = RESULTS) -> list[dict[str, Any]]:
+    """The analysis scripts' results (files with ``checks``), sorted by script."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "checks" in data:
+            if data.get("size") != "full":
+                raise ValueError(f"{path} holds a {data.get('size')!r} run; the README needs full")
+            out.append(data)
+    return out
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def checks_table(files: list[dict[str, Any]]) -> str:
+    lines = ["| script | what it checks | measured |", "|---|---|---|"]
+    for data in files:
+        script = Path(data["script"]).name
+        lines.append(f"| `{script}` | {_cell(data['checks'])} | {_cell(data['measured'])} |")
+    return "\n".join(lines)
+
+
+def all_claims(files: list[dict[str, Any]], static: Path = STATIC) -> list[dict[str, str]]:
+    """Every claim: the scripts' then the static ones, ordered by paper."""
+    rows = []
+    for data in files:
+        for c in data["claims"]:
+            rows.append({**c, "script": Path(data["script"]).name})
+    for c in json.loads(static.read_text())["claims"]:
+        rows.append({**c, "script": ""})
+    for c in rows:
+        if c["paper"] not in PAPERS:
+            raise ValueError(f"claim paper must be one of {PAPERS}, got {c['paper']!r}")
+        if c["status"] not in STATUSES:
+            raise ValueError(f"claim status must be one of {STATUSES}, got {c['status']!r}")
+        if c["status"] != "reproduced" and not c.get("why"):
+            raise ValueError(f"claim {c['claim']!r} is {c['status']!r} without saying why")
+    return sorted(rows, key=lambda c: PAPERS.index(c["paper"]))  # stable: scripts, then static
+
+
+def reproduction_table(claims: list[dict[str, str]]) -> str:
+    lines = [
+        "| paper | claim | the paper | ours | status | script |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        status = f"**{c['status']}**" + (f": {c['why']}" if c.get("why") else "")
+        script = f"`{c['script']}`" if c["script"] else ""
+        lines.append(
+            f"| {c['paper']} | {_cell(c['claim'])} | {_cell(c['paper_value'])} | "
+            f"{_cell(c['ours'])} | {_cell(status)} | {script} |"
+        )
+    counts = {s: sum(c["status"] == s for c in claims) for s in STATUSES}
+    lines.append("")
+    lines.append(
+        f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + "."
+    )
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and value > 99):
+        return f"{value:,.0f}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def performance_table(suite: Path = SUITE) -> str:
+    data = json.loads(suite.read_text())
+    rows = data["rows"] if isinstance(data, dict) else data
+    lines = [
+        "| target | workload | simfl | baseline | unit | ratio | goal | met | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        met = "yes" if r.get("passed") else "**missed**"
+        lines.append(
+            "| "
+            + " | ".join(
+                _cell(x)
+                for x in (
+                    r.get("target", ""),
+                    r.get("setting", ""),
+                    _number(r.get("simfl", "")),
+                    _number(r.get("baseline", "")),
+                    r.get("unit", ""),
+                    f"**{_number(r.get('ratio', ''))}**",
+                    r.get("goal", ""),
+                    met,
+                    r.get("note", ""),
+                )
+            )
+            + " |"
+        )
+    machine = data.get("machine") if isinstance(data, dict) else None
+    if machine:
+        lines.append("")
+        lines.append(f"Measured on: {_cell(machine)}.")
+    return "\n".join(lines)
+
+
+def render_all() -> dict[str, str]:
+    """The text of every table, by marker name."""
+    files = results_files()
+    return {
+        "checks": checks_table(files),
+        "reproduction": reproduction_table(all_claims(files)),
+        "performance": performance_table(),
+    }
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"README.md needs exactly one {begin} and one {end}")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def rendered_readme(text: str) -> str:
+    for name, body in render_all().items():
+        text = replace_block(text, name, body)
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if README.md differs")
+    args = p.parse_args()
+    text = README.read_text()
+    new = rendered_readme(text)
+    if args.check:
+        if new != text:
+            print("README.md's tables differ from the results files: run analysis/readme_tables.py")
+            sys.exit(1)
+        print("README.md's tables match the results files")
+        return
+    README.write_text(new)
+    print(f"rendered {', '.join(render_all())} into {README}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The README's tables of checks, claims and performance equal what the results files hold."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "analysis"))
+
+import _common  # noqa: E402
+import readme_tables  # noqa: E402
+
+
+def test_readme_tables_match_the_results_files():
+    text = (ROOT / "README.md").read_text()
+    assert readme_tables.rendered_readme(text) == text, (
+        "README.md's tables differ from analysis/results/*.json, analysis/paper_claims.json or "
+        "analysis/perf/results/suite.json: run python analysis/readme_tables.py"
+    )
+
+
+def test_every_paper_has_claims_and_every_claim_a_status():
+    claims = readme_tables.all_claims(readme_tables.results_files())
+    for paper in readme_tables.PAPERS:
+        assert any(c["paper"] == paper for c in claims), paper
+    for c in claims:
+        assert c["status"] in readme_tables.STATUSES
+        assert c["status"] == "reproduced" or c["why"], c["claim"]
+    # every script that writes results is in the checks table, and its run was full size
+    files = readme_tables.results_files()
+    scripts = {Path(f["script"]).name for f in files}
+    assert {"queueing_check.py", "fedrep_linear.py", "lg_alpha.py", "feddar.py"} <= scripts
+    assert all((ROOT / f["script"]).is_file() for f in files)
+
+
+def test_the_tables_are_rendered_from_the_files_not_copied(tmp_path):
+    # change one number in a copy of a results file: the rendered table changes with it
+    files = readme_tables.results_files()
+    first = dict(files[0])
+    first["measured"] = "a different figure: 12345"
+    table = readme_tables.checks_table([first, *files[1:]])
+    assert "12345" in table
+    assert "12345" not in readme_tables.checks_table(files)
+
+
+def test_a_quick_run_never_replaces_the_full_results(tmp_path):
+    args = argparse.Namespace(quick=True, out=str(tmp_path))
+    path = _common.write_results(args, "x", {"a": 1}, [], checks="c", measured="m")
+    assert path.parent == tmp_path
+    assert json.loads(path.read_text())["size"] == "quick"
+    with pytest.raises(ValueError, match="full"):
+        readme_tables.results_files(tmp_path)
+
+
+def test_bad_claims_are_refused():
+    with pytest.raises(ValueError, match="status must be one of"):
+        _common.claim("FedRep", "c", "p", "o", "roughly")
+    with pytest.raises(ValueError, match="must say why"):
+        _common.claim("FedRep", "c", "p", "o", "qualitative")
+    bad = [
+        {
+            "script": "analysis/x.py",
+            "claims": [
+                {
+                    "paper": "Nobody",
+                    "claim": "c",
+                    "paper_value": "",
+                    "ours": "",
+                    "status": "reproduced",
+                    "why": "",
+                }
+            ],
+        }
+    ]
+    with pytest.raises(ValueError, match="paper must be one of"):
+        readme_tables.all_claims(bad)
+
+
+def test_replace_block_needs_both_markers():
+    with pytest.raises(ValueError, match="exactly one"):
+        readme_tables.replace_block("no markers here", "checks", "body")
+    out = readme_tables.replace_block("a <!-- t:begin -->\nold\n<!-- t:end --> b", "t", "new")
+    assert out == "a <!-- t:begin -->\nnew\n<!-- t:end --> b"
