@@ -1,6 +1,6 @@
 """The benchmark suite: every performance target of simfl, side by side with its baseline.
 
-    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5,avail] [--peers]
+    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5,6,avail] [--peers]
 
 1. engine throughput against bare SimPy (``engine_throughput.py``),
 2. FedRep-linear overhead against a plain numpy loop (``fedrep_overhead.py``),
@@ -9,6 +9,8 @@
    otherwise the ratios come from the last recorded harness run in ``results/``,
 4. a million-device fleet (``million.py``, in fresh processes),
 5. scaling curves against fleet and cohort size (``scaling.py``),
+6. asynchronous policies: FedBuff and FedAsync against bare SimPy, FedBuff training against
+   FastestK, a million-device FedBuff run (``async_throughput.py``),
 avail. throughput under on/off availability, abort and pause, against bare SimPy
    (``availability_throughput.py``).
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import async_throughput
 import availability_throughput
 import engine_throughput
 import fedrep_overhead
@@ -81,7 +84,7 @@ def peers(python: str | None, repeats: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--only", default="1,2,3,4,5,avail", help="comma list of targets to run")
+    p.add_argument("--only", default="1,2,3,4,5,6,avail", help="comma list of targets to run")
     p.add_argument(
         "--peers",
         metavar="PYTHON",
@@ -96,6 +99,7 @@ def main() -> None:
         "3": lambda: peers(a.peers, max(1, min(a.repeats, 3))),
         "4": lambda: million(a.quick, max(1, min(a.repeats, 3))),
         "5": lambda: scaling.measure(a.quick, max(1, min(a.repeats, 3))),
+        "6": lambda: async_throughput.measure(a.quick, a.repeats),
         "avail": lambda: availability_throughput.measure(a.quick, a.repeats),
     }
     for key, step in steps.items():

@@ -171,6 +171,9 @@ class Algorithm(ABC, Generic[StateT]):
     #: parameters, so state that only :meth:`aggregate` updates (client controls, personal
     #: models) would be lost.
     synchronous_only: ClassVar[str | None] = None
+    #: Whether :meth:`work` and :meth:`payload` depend on the clients only, never on the state
+    #: (asynchronous runs then plan jobs in blocks across model versions).
+    fixed_jobs: ClassVar[bool] = False
 
     @abstractmethod
     def check(self, task: Task | None) -> None:
@@ -193,6 +196,30 @@ class Algorithm(ABC, Generic[StateT]):
         self, state: StateT, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
     ) -> Updates:
         """The updates of ``clients`` (batched), computed from ``state`` and their own data."""
+
+    def job_updates(
+        self,
+        states: Sequence[StateT],
+        data: Any,
+        clients: NDArray[np.int64],
+        keys: Sequence[int],
+        streams: Streams,
+    ) -> Updates:
+        """The updates of jobs that each started from their own state, with their own data key.
+
+        Row ``i`` is client ``clients[i]``'s update from ``states[i]`` (the model version its
+        job downloaded) with data keyed by ``keys[i]``, as :meth:`local_updates` computes it;
+        asynchronous runs compute an aggregation's updates this way. Default: one
+        :meth:`local_updates` call per job, which any algorithm can do exactly. An algorithm
+        whose updates are the same to the last bit whatever batch computes them may batch
+        them here (:class:`~simfl.algorithms.TimingOnly` does; the linear algorithms do not:
+        their stacked matrix products differ in the last bits with the batch size).
+        """
+        parts = [
+            self.local_updates(state, data, clients[i : i + 1], key, streams)
+            for i, (state, key) in enumerate(zip(states, keys, strict=True))
+        ]
+        return Updates.concat(parts) if len(parts) > 1 else parts[0]
 
     def job_steps(self, state: StateT, clients: NDArray[np.int64]) -> NDArray[np.float64]:
         """Local steps of each client's full job, each taking an equal share of its compute.

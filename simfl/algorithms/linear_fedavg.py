@@ -89,6 +89,7 @@ class FedAvg(Algorithm[FedAvgState]):
 
     name: ClassVar[str] = "FedAvg"
     partial_work: ClassVar[bool] = True
+    fixed_jobs: ClassVar[bool] = True  # constant work, payload of fixed-shape arrays
 
     def __post_init__(self) -> None:
         check_real("FedAvg.step_size", self.step_size, low=0.0, low_open=True)

@@ -97,6 +97,7 @@ class FedRep(Algorithm[FedRepState]):
 
     name: ClassVar[str] = "FedRep"
     partial_work: ClassVar[bool] = True
+    fixed_jobs: ClassVar[bool] = True  # constant work, payload of fixed-shape arrays
 
     def __post_init__(self) -> None:
         check_real("FedRep.step_size", self.step_size, low=0.0, low_open=True)

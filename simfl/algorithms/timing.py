@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ class TimingOnly(Algorithm[None]):
 
     name: ClassVar[str] = "timing-only"
     partial_work: ClassVar[bool] = True
+    fixed_jobs: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_real("TimingOnly.work_units", self.work_units, low=0.0, low_open=True)
@@ -59,6 +61,16 @@ class TimingOnly(Algorithm[None]):
 
     def local_updates(  # noqa: D102
         self, state: None, data: Any, clients: NDArray[np.int64], round: int, streams: Streams
+    ) -> Updates:
+        return Updates(clients.astype(np.int64), {})
+
+    def job_updates(  # noqa: D102
+        self,
+        states: Sequence[None],
+        data: Any,
+        clients: NDArray[np.int64],
+        keys: Sequence[int],
+        streams: Streams,
     ) -> Updates:
         return Updates(clients.astype(np.int64), {})
 

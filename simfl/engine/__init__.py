@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from simfl._checks import check_bool, check_choice
+from simfl.engine.async_planned import PlannedAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import Progress, RunContext
 from simfl.engine.sync import SyncLoop
@@ -81,11 +82,13 @@ def run(
         run, is stored in ``meta["error"]`` and everything computed so far is returned.
         ``"raise"``: re-raise it.
     batched
-        Play synchronous rounds whose devices have private links without job events: each
-        round's outcome follows from its job plan in one vectorised step, and, with on/off
-        availability, from the plan and the devices' on-intervals (default). ``False`` plays
-        every job as a SimPy process, stage by stage under availability: the straightforward
-        path; the results are identical.
+        Play runs whose devices have private links without job events (default): each
+        synchronous round's outcome follows from its job plan in one vectorised step, and,
+        with on/off availability, from the plan and the devices' on-intervals; asynchronous
+        runs of devices always online handle their jobs from a heap of the instants they
+        resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
+        process, stage by stage under availability: the straightforward path; the results
+        are identical.
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
@@ -137,10 +140,12 @@ def run(
     return ctx.recorder.results(meta, ctx.state)
 
 
-def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | TieredLoop:
+def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop:
     """The server loop of the scenario's policy family."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
+        if PlannedAsyncLoop.applies(ctx, policy):
+            return PlannedAsyncLoop(ctx, policy)
         return AsyncLoop(ctx, policy)
     if isinstance(policy, TieredPolicy):
         return TieredLoop(ctx, policy)
@@ -152,7 +157,7 @@ def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | TieredLoop:
     )
 
 
-def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | TieredLoop) -> str:
+def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop) -> str:
     """Run the event loop until the server stops or the clock reaches ``max_time``.
 
     Returns the run's status. Nothing escapes with ``on_error="record"``: an exception anywhere

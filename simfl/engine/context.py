@@ -196,6 +196,23 @@ class RunContext:
         happening now (synchronous rounds); it sets their idle energy
         (:mod:`simfl.fleet.energy`) when the fleet declares an energy model.
         """
+        b_down, b_up = self.record_job_rows(
+            plan, status, t_end, round=round, stage=stage, staleness=staleness, waits=waits
+        )
+        return float(b_down.sum()), float(b_up.sum())
+
+    def record_job_rows(
+        self,
+        plan: JobPlan,
+        status: NDArray[np.int8],
+        t_end: NDArray[np.float64],
+        *,
+        round: int | NDArray[np.int64],
+        stage: int,
+        staleness: NDArray[np.float64] | None = None,
+        waits: bool = True,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """:meth:`record_jobs`, returning the bytes each job moved down and up."""
         n = plan.size
         down, comp, up, b_down, b_up = self.playback.split(plan, status, t_end)
         if staleness is None:
@@ -223,7 +240,7 @@ class RunContext:
                 **energy,
             }
         )
-        return float(b_down.sum()), float(b_up.sum())
+        return b_down, b_up
 
     def _job_energy(
         self,

@@ -658,9 +658,18 @@ class Fleet:
         return self.energy
 
     def compute_draws(
-        self, devices: NDArray[np.int64], *, round: int, stage: int, streams: Streams
+        self,
+        devices: NDArray[np.int64],
+        *,
+        round: int | NDArray[np.int64],
+        stage: int,
+        streams: Streams,
     ) -> NDArray[np.float64]:
-        """Seconds per unit of work of ``devices`` in this round (keyed by the redraw mode)."""
+        """Seconds per unit of work of ``devices`` in this round (keyed by the redraw mode).
+
+        ``round`` may be an array aligned with ``devices`` (one key per job: asynchronous runs
+        plan a block of jobs, each keyed by its device's job index, in one step).
+        """
         key = {"round": round, "stage": stage, "run": 0}[self.redraw]
         u = streams.uniform("compute/" + self.redraw, devices, key)
         if len(self.dists) == 1:

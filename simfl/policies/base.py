@@ -339,6 +339,21 @@ class AsyncPolicy(Policy, ABC):
                 return device
             attempt += 1
 
+    def first_picks(self, view: View, first: int, count: int) -> NDArray[np.int64] | None:
+        """The devices :meth:`pick` names for jobs ``first .. first + count - 1``, if idle.
+
+        Every device online: the first draw of :meth:`pick`'s rejection sampling for each job
+        number, drawn in one vectorised step (:meth:`pick` returns it whenever that device is
+        idle, and must be asked otherwise). ``None`` where a subclass picks otherwise (it
+        overrides :meth:`pick` and not this method): the engine then asks :meth:`pick` for
+        every job.
+        """
+        if type(self).pick is not AsyncPolicy.pick:
+            return None
+        n = view.n_devices
+        u = view.streams.uniform("async/select", np.arange(first, first + count), 0)
+        return np.minimum((u * n).astype(np.int64), n - 1)
+
     @abstractmethod
     def mixer(self, staleness: NDArray[np.int64]) -> SequentialMix | BufferedMix:
         """How the applied updates, of these staleness values (in order), are mixed in.

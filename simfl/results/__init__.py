@@ -144,6 +144,12 @@ class Recorder:
         """A value of the last round row."""
         return self._rounds[column][-1]
 
+    def set_round_values(self, column: str, rows: list[int], values: list[float]) -> None:
+        """Set ``column`` of the round rows numbered ``rows`` (filled in after the fact)."""
+        col = self._rounds[column]
+        for i, v in zip(rows, values, strict=True):
+            col[i] = v
+
     def set_status(self, status: str) -> None:
         """Set the status of the last round row (one of :data:`ROUND_STATUSES`)."""
         self._rounds["status"][-1] = status

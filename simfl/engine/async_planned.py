@@ -1,0 +1,495 @@
+"""Asynchronous runs without job events, where the playback is planned.
+
+On private links with devices always online (:class:`~simfl.engine.playback.Planned`) a job's
+whole fate follows from its plan (:func:`~simfl.engine.jobs.resolution`), so the asynchronous
+server loop needs no SimPy process per job: :class:`PlannedAsyncLoop` keeps a heap of the
+instants at which the jobs in flight resolve and handles them in the order the SimPy loop
+(:class:`~simfl.engine.asynchronous.AsyncLoop`, the reference, still used for live playback
+and with ``simfl.run(..., batched=False)``) handles them: by time, ties in the order the jobs
+started (their timeouts were created in that order, and SimPy fires equal-time events first in,
+first out). Everything recorded is identical, row for row and bit for bit.
+
+What makes it fast:
+
+* picks: the first draw of :meth:`~simfl.policies.AsyncPolicy.pick`'s rejection sampling is
+  drawn for a block of job numbers at once (:meth:`~simfl.policies.AsyncPolicy.first_picks`);
+  only a pick landing on a busy device asks the policy;
+* plans: the keyed compute and dropout draws of a block of (device, job index) pairs are drawn
+  vectorised, speculatively (a device's job index is known once the jobs before it are
+  picked; a speculation that turns out wrong is planned alone, as the reference plans every
+  job); work and payload (which may depend on the model) are applied per model version, to
+  the part of the block still ahead;
+* records: job rows are kept as job numbers and written in one step at the end of the run
+  (the aggregation rows' byte counts are filled in then);
+* updates: an aggregation's updates are computed in one call,
+  :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
+  reference computes them; batched where an algorithm's numbers do not depend on the batch).
+
+The simulated clock is moved to each handled instant directly (the loop is the run's only
+SimPy process and creates no events).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from simfl.algorithms.base import Algorithm, Updates
+from simfl.engine.asynchronous import STALL_JOBS
+from simfl.engine.jobs import JobPlan, resolution
+from simfl.network import transfer_seconds
+from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, Outcome
+from simfl.policies.base import AsyncPolicy
+
+if TYPE_CHECKING:
+    from simfl.engine.context import RunContext
+
+__all__ = ["BLOCK", "PlannedAsyncLoop"]
+
+#: Job numbers whose picks and keyed draws are drawn together.
+BLOCK = 1024
+#: Jobs of a block planned together for one model version (work and payload may change with
+#: the model, so a new version re-plans the part of the block still ahead, this much of it;
+#: all of it at once for an algorithm with :attr:`~simfl.algorithms.Algorithm.fixed_jobs`).
+WINDOW = 64
+
+_PLAN_FIELDS = ("download", "compute", "upload", "fail_after", "work", "size_down", "size_up")
+
+
+def _set_clock(env: simpy.Environment, t: float) -> None:
+    """Move the simulated clock to ``t`` (the loop creates no events to get there)."""
+    env._now = t  # the event-free loop owns the clock of its run (simpy keeps it there)
+
+
+class _Block:
+    """Picks and keyed draws of job numbers ``first .. first + len(devices) - 1``."""
+
+    __slots__ = ("devices", "draws", "fail_after", "first", "keys")
+
+    def __init__(
+        self,
+        run: RunContext,
+        policy: AsyncPolicy,
+        job_index: list[int],
+        first: int,
+        size: int,
+    ) -> None:
+        picks = policy.first_picks(run.view, first, size)
+        assert picks is not None  # the loop is chosen only for policies that pre-draw
+        # speculative job index of each pick: the device's count now plus its earlier picks
+        order = np.argsort(picks, kind="stable")
+        ranked = picks[order]
+        idx = np.arange(size)
+        starts = np.maximum.accumulate(np.where(np.r_[True, ranked[1:] != ranked[:-1]], idx, 0))
+        repeat = np.empty(size, dtype=np.int64)
+        repeat[order] = idx - starts
+        keys = np.array([job_index[d] for d in picks.tolist()], dtype=np.int64) + repeat
+        fleet, streams = run.fleet, run.streams
+        self.first = first
+        self.devices: list[int] = picks.tolist()
+        self.keys: list[int] = keys.tolist()
+        #: seconds per unit of work, and busy seconds until the device fails (keyed draws)
+        self.draws = fleet.compute_draws(picks, round=keys, stage=0, streams=streams)
+        rate = fleet.dropout_rate[picks]
+        if rate.any():
+            u = streams.uniform("dropout", picks, keys)
+            with np.errstate(divide="ignore"):
+                self.fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
+        else:
+            self.fail_after = np.full(size, np.inf)
+
+
+class PlannedAsyncLoop:
+    """The asynchronous server loop of a planned run (see the module docstring)."""
+
+    @staticmethod
+    def applies(run: RunContext, policy: AsyncPolicy) -> bool:
+        """Whether this loop can play ``policy`` in ``run`` (else :class:`AsyncLoop` does)."""
+        return run.batched and policy.first_picks(run.view, 0, 0) is not None
+
+    def __init__(self, run: RunContext, policy: AsyncPolicy) -> None:
+        self.run = run
+        self.policy = policy
+        self.env = run.env
+        n = run.fleet.size
+        self._busy = bytearray(n)
+        #: the same memory as a boolean array, for :meth:`AsyncPolicy.pick`
+        self.busy = np.frombuffer(self._busy, dtype=np.bool_)
+        self.job_index = [0] * n  # jobs started on each device so far (keys its draws)
+        self.snapshots: dict[int, list[Any]] = {0: [run.state, 0]}  # version -> [state, refs]
+        # the jobs, by job number
+        self.device: list[int] = []
+        self.key: list[int] = []
+        self.version_of: list[int] = []
+        self.t_start: list[float] = []
+        self.row: list[int] = []  # the job's row in the plan table
+        self.arrives: list[bool] = []
+        self.status: list[int] = []
+        self.t_end: list[float] = []
+        self.staleness: list[float] = []
+        # the plan table: chunks of plan fields, rows numbered across chunks
+        self.chunks: list[tuple[NDArray[np.float64], ...]] = []
+        self.n_rows = 0
+        self.heap: list[tuple[float, int]] = []  # (instant the job resolves, job number)
+        self.buffer: list[int] = []
+        self.ended: list[int] = []  # jobs that ended (dropped) since the last aggregation
+        self.records: list[int] = []  # job numbers in the order their rows are recorded
+        self.marks: list[tuple[int, int, int]] = []  # (round row, first record, end record)
+        self.n_started = 0
+        self.started_since = 0
+        self.last_time = 0.0
+        self.drops_in_row = 0
+        self.block: _Block | None = None
+        # the window of the block planned for the current model version
+        self.win: tuple[int, int, int, int] = (-1, 0, 0, 0)  # version, lo, hi, first table row
+        self.win_after: list[float] = []
+        self.win_arrives: list[bool] = []
+        self.win_ok: list[bool] = []
+        self.done = False
+
+    @property
+    def version(self) -> int:
+        """The current model version (the number of aggregations so far)."""
+        return self.run.round
+
+    # ----------------------------------------------------------------- plans
+    def _add_chunk(self, fields: tuple[NDArray[np.float64], ...]) -> int:
+        """Append plan rows; return the number of the first."""
+        first = self.n_rows
+        self.chunks.append(fields)
+        self.n_rows += fields[0].size
+        return first
+
+    def _plan_window(self, block: _Block, lo: int) -> None:
+        """Plan the block's jobs ``lo ..`` (up to :data:`WINDOW` of them) for this version."""
+        run, alg = self.run, self.run.algorithm
+        size = len(block.devices)
+        hi = size if type(alg).fixed_jobs else min(lo + WINDOW, size)
+        devices = np.asarray(block.devices[lo:hi], dtype=np.int64)
+        fleet, state = run.fleet, run.state
+        work = alg.work(state, devices)
+        payload = alg.payload(state)
+        with np.errstate(over="ignore"):  # a job that overflows is planned alone (and refused)
+            compute = work * block.draws[lo:hi]
+        latency = fleet.latency[devices]
+        download = transfer_seconds(payload.down, fleet.bandwidth_down[devices], latency)
+        upload = transfer_seconds(payload.up, fleet.bandwidth_up[devices], latency)
+        total = download + compute + upload
+        fail_after = block.fail_after[lo:hi]
+        arrives = fail_after >= total
+        m = hi - lo
+        row0 = self._add_chunk(
+            (
+                download,
+                compute,
+                upload,
+                fail_after,
+                work,
+                np.full(m, float(payload.down)),
+                np.full(m, float(payload.up)),
+            )
+        )
+        self.win = (self.version, lo, hi, row0)
+        self.win_after = np.where(arrives, total, fail_after).tolist()
+        self.win_arrives = arrives.tolist()
+        self.win_ok = np.isfinite(total).tolist()
+
+    def _plan_alone(self, device: int, key: int) -> tuple[float, bool, int]:
+        """Plan one job as the reference loop does; its duration, arrival and table row."""
+        plan = self.run.plan(np.array([device], dtype=np.int64), key=key, stage=0)
+        after, arrives = resolution(plan)
+        row = self._add_chunk(tuple(getattr(plan, f) for f in _PLAN_FIELDS))
+        return float(after[0]), bool(arrives[0]), row
+
+    # ----------------------------------------------------------------- jobs
+    def launch(self) -> None:
+        """Start jobs until ``concurrency`` are in flight."""
+        run, policy = self.run, self.policy
+        busy, job_index, heap = self._busy, self.job_index, self.heap
+        concurrency = policy.concurrency
+        version = run.round
+        refs = self.snapshots[version]
+        fixed = type(run.algorithm).fixed_jobs  # plans do not change with the model version
+        now = float(self.env.now)
+        while len(heap) < concurrency:
+            n = self.n_started
+            block = self.block
+            if block is None or n - block.first >= len(block.devices):
+                block = self.block = _Block(run, policy, job_index, n, BLOCK)
+                self.win = (-1, 0, 0, 0)
+            i = n - block.first
+            device = block.devices[i]
+            fast = not busy[device] and job_index[device] == block.keys[i]
+            if fast:
+                win_version, lo, hi, row0 = self.win
+                if (win_version != version and not fixed) or not lo <= i < hi:
+                    self._plan_window(block, i)
+                    win_version, lo, hi, row0 = self.win
+                fast = self.win_ok[i - lo]
+            if fast:
+                key, w = block.keys[i], i - lo
+                after, arrives, row = self.win_after[w], self.win_arrives[w], row0 + w
+            else:
+                if busy[device]:
+                    picked = policy.pick(run.view, self.busy, n)
+                    if picked is None:  # pragma: no cover - concurrency <= fleet size
+                        return
+                    device = picked
+                key = job_index[device]
+                after, arrives, row = self._plan_alone(device, key)  # raises on a bad plan
+            busy[device] = 1
+            job_index[device] += 1
+            refs[1] += 1
+            self.device.append(device)
+            self.key.append(key)
+            self.version_of.append(version)
+            self.t_start.append(now)
+            self.row.append(row)
+            self.arrives.append(arrives)
+            self.status.append(CANCELLED)
+            self.t_end.append(math.nan)
+            self.staleness.append(math.nan)
+            heapq.heappush(heap, (now + after, n))
+            self.n_started += 1
+            self.started_since += 1
+
+    def release(self, job: int) -> None:
+        """Forget the snapshot of ``job``'s version once nothing refers to it."""
+        version = self.version_of[job]
+        snap = self.snapshots[version]
+        snap[1] -= 1
+        if snap[1] == 0 and version != self.version:
+            del self.snapshots[version]
+
+    # ----------------------------------------------------------------- the loop
+    def serve(self) -> Generator[Any, Any, None]:
+        """The run's only SimPy process: plays the whole run without events.
+
+        It waits only when the next job resolves at or after ``max_time``: on a timeout that
+        does not fire before it, so the run stops at the budget as the reference loop does.
+        """
+        if self.play():
+            now = float(self.env.now)
+            budget = float(self.run.scenario.max_time or math.inf)
+            delay = budget - now
+            while now + delay < budget:
+                delay = math.nextafter(delay, math.inf)
+            yield self.env.timeout(delay)
+
+    def play(self) -> bool:
+        """Handle the jobs as they resolve; aggregate every ``buffer()`` arrivals.
+
+        Returns whether it stopped at ``max_time`` (the next job resolves at or after it).
+        """
+        run, env, heap = self.run, self.env, self.heap
+        max_time = run.scenario.max_time
+        budget = math.inf if max_time is None else float(max_time)
+        size = self.policy.buffer()
+        busy, lazy, buffer = self._busy, run.lazy, self.buffer
+        device, t_end, arrives = self.device, self.t_end, self.arrives
+        pop, launch = heapq.heappop, self.launch
+        launch()
+        while run.stop_reason is None and heap:
+            if heap[0][0] >= budget:  # events at the budget are not handled (engine._play)
+                return True
+            t, job = pop(heap)
+            _set_clock(env, t)
+            busy[device[job]] = 0
+            t_end[job] = t
+            if arrives[job]:
+                self.drops_in_row = 0
+                buffer.append(job)
+                if len(buffer) >= size:
+                    self.aggregate()
+                    buffer = self.buffer
+            else:
+                self._drop(job, lazy)
+            if run.stop_reason is None:
+                launch()
+        return False
+
+    def _drop(self, job: int, lazy: bool) -> None:
+        """Job ``job``'s device failed: it ends, its snapshot reference goes."""
+        run = self.run
+        self.status[job] = DROPPED
+        self.ended.append(job)
+        if not lazy:  # eager runs compute the discarded update too
+            run.discard(
+                self.snapshots[self.version_of[job]][0],
+                np.array([self.device[job]], dtype=np.int64),
+                self.key[job],
+            )
+        self.release(job)
+        self.drops_in_row += 1
+        if self.drops_in_row >= STALL_JOBS:
+            run.stop("stalled")
+
+    # ----------------------------------------------------------------- aggregation
+    def aggregate(self) -> None:
+        """Mix the buffered updates into the model, record the aggregation."""
+        run, policy = self.run, self.policy
+        version = self.version
+        limit = policy.max_staleness
+        version_of = self.version_of
+        applied = []
+        for job in self.buffer:
+            lag = version - version_of[job]
+            if limit is None or lag <= limit:
+                applied.append(job)
+                self.status[job] = ARRIVED
+                self.staleness[job] = float(lag)
+            else:
+                self.status[job] = LATE
+        lags = [version - version_of[j] for j in applied]
+        staleness = np.array(lags, dtype=np.int64)
+        now = float(self.env.now)
+        row: dict[str, Any] = {
+            "round": version,
+            "stage": 0,
+            "t_start": self.last_time,
+            "time": now,
+            "status": "ok" if applied else "empty",
+            "n_selected": self.started_since,
+            "n_arrived": len(applied),
+            "n_dropped": len(self.ended),
+            "n_late": len(self.buffer) - len(applied),
+            "n_cancelled": 0,
+            # the mean of integers (exact sum, one rounding), as numpy's mean gives it
+            "staleness_mean": sum(lags) / len(lags) if applied else float("nan"),
+            "bytes_down": math.nan,  # filled in when the jobs are recorded, at the end
+            "bytes_up": math.nan,
+        }
+        if applied:
+            jobs = self.ended + self.buffer
+            run.apply(row, lambda: self._compute(applied, staleness, jobs, version, now))
+        first = len(self.records)
+        self.records += self.ended
+        self.records += self.buffer
+        self.marks.append((run.recorder.n_rounds, first, len(self.records)))
+        for job in self.buffer:
+            self.release(job)
+        self.buffer, self.ended = [], []
+        self.started_since = 0
+        self.last_time = now
+        run.end_aggregation(row)  # the version number moves on
+        old = self.snapshots.get(version)
+        if old is not None and old[1] == 0:
+            del self.snapshots[version]
+        self.snapshots[self.version] = [run.state, 0]
+
+    def _compute(
+        self,
+        applied: list[int],
+        staleness: NDArray[np.int64],
+        jobs: list[int],
+        version: int,
+        now: float,
+    ) -> tuple[Any, Updates]:
+        """The new state and the updates of ``applied`` (``jobs``: the aggregation's jobs)."""
+        run, alg = self.run, self.run.algorithm
+        state = run.state
+        updates = self._updates(applied)
+        shared: dict[int, Any] = {}
+        for j in applied:
+            v = self.version_of[j]
+            if v not in shared:
+                shared[v] = alg.shared(self.snapshots[v][0])
+        bases = [shared[self.version_of[j]] for j in applied]
+        new = self.policy.mixer(staleness).apply(alg.shared(state), updates, bases)
+        mixed = alg.with_shared(alg.keep_local(state, updates), new)
+        if type(alg).background is Algorithm.background:  # it returns the state: no outcome
+            return mixed, updates
+        return alg.background(mixed, run.data, self._outcome(jobs, version, now)), updates
+
+    def _outcome(self, jobs: list[int], version: int, now: float) -> Outcome:
+        """The :class:`Outcome` of the aggregation of ``jobs`` (drops, then the buffer)."""
+        return Outcome(
+            round=version,
+            stage=0,
+            t_start=self.last_time,
+            time=now,
+            devices=np.array([self.device[j] for j in jobs], dtype=np.int64),
+            status=np.array([self.status[j] for j in jobs], dtype=np.int8),
+            job_start=np.array([self.t_start[j] for j in jobs], dtype=np.float64),
+            job_end=np.array([self.t_end[j] for j in jobs], dtype=np.float64),
+            staleness=np.array([self.staleness[j] for j in jobs], dtype=np.float64),
+        )
+
+    def _updates(self, applied: list[int]) -> Updates:
+        """The updates of ``applied``, in order, each from the version its job downloaded."""
+        run = self.run
+        snapshots, version_of = self.snapshots, self.version_of
+        return run.algorithm.job_updates(
+            [snapshots[version_of[j]][0] for j in applied],
+            run.data,
+            np.array([self.device[j] for j in applied], dtype=np.int64),
+            [self.key[j] for j in applied],
+            run.streams,
+        )
+
+    # ----------------------------------------------------------------- the end
+    @property
+    def in_flight(self) -> bool:
+        """Whether jobs are in flight or updates wait in the buffer."""
+        return bool(self.heap or self.buffer or self.ended)
+
+    def abandon(self) -> None:
+        """At the end of the run: cancel what is in flight, record every job."""
+        if self.done:
+            return
+        self.done = True
+        now = float(self.env.now)
+        flying = sorted(job for _, job in self.heap)
+        for job in flying:
+            self.t_end[job] = now
+        for job in self.buffer:
+            self.status[job] = CANCELLED
+        self.records += self.ended + self.buffer + flying
+        self.heap.clear()
+        self.buffer, self.ended = [], []
+        self._record()
+
+    def _record(self) -> None:
+        """Write every job row, in the order the reference loop records them."""
+        if not self.records:
+            return
+        run = self.run
+        rec = np.array(self.records, dtype=np.int64)
+        table = [np.concatenate([c[f] for c in self.chunks]) for f in range(len(_PLAN_FIELDS))]
+        rows = np.array(self.row, dtype=np.int64)[rec]
+        fields = {name: table[f][rows] for f, name in enumerate(_PLAN_FIELDS)}
+        n = rec.size
+        plan = JobPlan(
+            devices=np.array(self.device, dtype=np.int64)[rec],
+            t_start=np.array(self.t_start, dtype=np.float64)[rec],
+            progress=np.zeros(n, dtype=np.int8),
+            spent=np.zeros((n, 3)),
+            active_since=np.array(self.t_start, dtype=np.float64)[rec],
+            moved=np.full((n, 2), np.nan),
+            **fields,
+        )
+        b_down, b_up = run.record_job_rows(
+            plan,
+            np.array(self.status, dtype=np.int8)[rec],
+            np.array(self.t_end, dtype=np.float64)[rec],
+            round=np.array(self.version_of, dtype=np.int64)[rec],
+            stage=0,
+            staleness=np.array(self.staleness, dtype=np.float64)[rec],
+            waits=False,
+        )
+        if self.marks:
+            rows_at = [m[0] for m in self.marks]
+            recorder = run.recorder
+            recorder.set_round_values("bytes_down", rows_at, _chunk_sums(b_down, self.marks))
+            recorder.set_round_values("bytes_up", rows_at, _chunk_sums(b_up, self.marks))
+
+
+def _chunk_sums(values: NDArray[np.float64], marks: list[tuple[int, int, int]]) -> list[float]:
+    """``float(values[a:b].sum())`` of every mark's range, as the reference sums each chunk."""
+    return [float(values[a:b].sum()) for _, a, b in marks]
