@@ -4,6 +4,7 @@ analysis/neural_table1_cnn.py."""
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
+sys.path.insert(0, str(ANALYSIS))
 
-import _common
-import fedrep_theorem1 as thm
+import _common  # noqa: E402
+import fedrep_theorem1 as thm  # noqa: E402
 
 
 def test_subset_extremes_match_brute_force():
@@ -44,9 +46,22 @@ def test_population_rate_full_participation_is_exact():
     assert np.log(1 - 0.1 * hi) < rate < np.log(1 - 0.1 * lo)
 
 
-def test_theorem1_bound_and_rate():
-    rows = pd.DataFrame([thm.one_run(s, seed) for s in thm.QUICK for seed in (0, 1)])
-    tab = thm.summary(rows.drop(columns="curve")).set_index("r")
+def test_theorem1_bound_and_rate(tmp_path):
+    # the script end to end at reduced size: its printed table, results file and figure
+    done = subprocess.run(
+        [
+            *(sys.executable, str(ANALYSIS / "fedrep_theorem1.py"), "--quick"),
+            *("--out", str(tmp_path), "--results", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "measured/population" in done.stdout
+    assert (tmp_path / "fedrep_theorem1.png").stat().st_size > 10_000
+    results = json.loads((tmp_path / "fedrep_theorem1.json").read_text())
+    assert results["size"] == "quick"
+    tab = pd.DataFrame(results["table"]).set_index("r")
     # Theorem 1 is an upper bound on the distance: every seed contracts at least as fast
     assert tab["all within bound"].all(), tab
     # r = 1, m = 100: the derived infinite-sample rate log(1 - eta lambda_min) is what FedRep
@@ -58,9 +73,9 @@ def test_theorem1_bound_and_rate():
     # partial participation with m = 10: slower than the infinite-sample rate (0.63 of it)
     part = tab.loc[0.25]
     assert 0.3 < part["measured/population"] < 0.95, part
-    claims = thm.claims(tab.reset_index())
+    claims = results["claims"]
     assert {c["status"] for c in claims} == {"reproduced", "qualitative"}
-    assert all(c["paper"] == "FedRep" for c in claims)
+    assert all(c["paper"] == "FedRep" and c["claim"] and c["ours"] for c in claims)
 
 
 def test_results_file_never_overwrites_full_size_in_quick(tmp_path):
@@ -110,8 +125,8 @@ def test_cnn_table_column_and_intervals():
     assert fedrep["ci95"] == pytest.approx(4.303 * se)
     # Table 1's main pattern with a CNN: FedRep far above FedAvg's global model (paper, CIFAR-10
     # (100, 2): +45 points; here the digits at 2 classes per client)
-    pats = cnn.patterns(tab).set_index("difference")
-    assert pats.loc["FedRep - FedAvg", "ours"] > 20, tab
+    pats = cnn.patterns(tab)
+    assert pats.set_index("difference").loc["FedRep - FedAvg", "ours"] > 20, tab
     claims = cnn.claims(tab, pats, cnn.QUICK)
     assert claims[-1]["status"] == "not attempted" and "1000" in claims[-1]["claim"]
     assert cnn.paper_value("FedRep", 100, 5) == 75.68
