@@ -184,8 +184,9 @@ def claims(tab: pd.DataFrame) -> list[dict[str, str]]:
         out.append(
             {
                 "paper": "FedRep",
-                "claim": f"Theorem 1 (bound): dist contracts at least by sqrt(1 - eta E0 "
-                f"sbar_min^2/2) per round (n={row['n']}, r={row['r']}, m={row['m']})",
+                "claim": f"Theorem 1 (bound, as recalled in algorithms.md [mem]): dist contracts "
+                f"at least by sqrt(1 - eta E0 sbar_min^2/2) per round (n={row['n']}, "
+                f"r={row['r']}, m={row['m']})",
                 "paper_value": f"factor <= {row['factor bound']:.4f}",
                 "ours": f"factor {row['factor measured']:.4f} (log-rate {row['measured']:.4f} "
                 f"+- {row['measured SE']:.4f} SE, {row['seeds']} seeds; all within: {ok})",

@@ -200,7 +200,8 @@ def claims(tab: pd.DataFrame, pats: pd.DataFrame, size: Size) -> list[dict[str, 
     """The results file's claims: one per (column, method), one per pattern, (1000, 2)."""
     why = (
         f"Fashion-MNIST instead of CIFAR-10 (not on this machine), reduced: {size.describe()}, "
-        "50 training images per client instead of 500; absolute numbers are not comparable"
+        "50 training images per client instead of 500; absolute numbers are not comparable; "
+        "the paper's CIFAR-10 values are recalled in algorithms.md [mem], not verified"
     )
     out = []
     for _, row in tab.iterrows():
