@@ -37,13 +37,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, results_file, save, write_results
+from _common import claim, parser, save, write_results
 from neural_table1 import methods
 
 from simfl import Fleet, Scenario, compare, dists, policies, run
@@ -207,39 +206,37 @@ def claims(tab: pd.DataFrame, pats: pd.DataFrame, size: Size) -> list[dict[str, 
     for _, row in tab.iterrows():
         paper = paper_value(str(row["label"]), int(row["n"]), int(row["classes"]))
         out.append(
-            {
-                "paper": "FedRep",
-                "claim": f"Table 1, CIFAR-10 (n={row['n']}, S={row['classes']}): "
-                f"{row['label']} accuracy",
-                "paper_value": "not recalled" if np.isnan(paper) else f"{paper:.2f}",
-                "ours": f"{row['mean']:.2f} +- {row['ci95']:.2f} (95% CI, {row['seeds']} seeds)",
-                "status": "qualitative",
-                "why": why,
-            }
+            claim(
+                "FedRep",
+                f"Table 1, CIFAR-10 (n={row['n']}, S={row['classes']}): {row['label']} accuracy",
+                "not recalled" if np.isnan(paper) else f"{paper:.2f}",
+                f"{row['mean']:.2f} +- {row['ci95']:.2f} (95% CI, {row['seeds']} seeds)",
+                "qualitative",
+                why,
+            )
         )
     for _, row in pats.iterrows():
         paper = row["paper (CIFAR-10)"]
         out.append(
-            {
-                "paper": "FedRep",
-                "claim": f"Table 1, CIFAR-10 (n={row['n']}, S={row['classes']}): "
-                f"{row['difference']}",
-                "paper_value": f"{paper:+.2f}" if np.isfinite(paper) else "not recalled",
-                "ours": f"{row['ours']:+.2f}",
-                "status": "qualitative",
-                "why": why,
-            }
+            claim(
+                "FedRep",
+                f"Table 1, CIFAR-10 (n={row['n']}, S={row['classes']}): {row['difference']}",
+                f"{paper:+.2f}" if np.isfinite(paper) else "not recalled",
+                f"{row['ours']:+.2f}",
+                "qualitative",
+                why,
+            )
         )
     out.append(
-        {
-            "paper": "FedRep",
-            "claim": "Table 1, CIFAR-10 (n=1000, S=2) column (paper FedRep 83.27)",
-            "paper_value": "83.27",
-            "ours": "not run",
-            "status": "not attempted",
-            "why": "1000 clients at r=0.1 is 10 times the work per round of the n=100 columns; "
+        claim(
+            "FedRep",
+            "Table 1, CIFAR-10 (n=1000, S=2) column (paper FedRep 83.27)",
+            "83.27",
+            "not run",
+            "not attempted",
+            "1000 clients at r=0.1 is 10 times the work per round of the n=100 columns; "
             "it does not fit the CPU budget of this machine (2 shared cores)",
-        }
+        )
     )
     return out
 
@@ -287,17 +284,29 @@ def main() -> None:
     print(pats.to_string(index=False, float_format=lambda v: f"{v:+.2f}"))
     print("(1000, 2): not attempted (10x the work per round; CPU budget)")
     print(f"host time {time.perf_counter() - started:.0f} s")
-    results: dict[str, Any] = {
-        "size": "quick" if args.quick else "full",
-        "setting": size.describe(),
-        "seeds": len(seeds),
-        "table": tab.to_dict(orient="records"),
-        "patterns": pats.to_dict(orient="records"),
-        "failed_runs": int((~frame.groupby(["n", "classes", "label", "seed"])["ok"].all()).sum()),
-        "claims": claims(tab, pats, size),
-    }
-    file = results_file(args.results, args.quick, "neural_table1_cnn")
-    print(f"results: {write_results(file, results)}")
+    fedrep = tab[tab["label"] == "FedRep"]
+    write_results(
+        args,
+        "neural_table1_cnn",
+        {
+            "setting": size.describe(),
+            "seeds": len(seeds),
+            "table": tab.to_dict(orient="records"),
+            "patterns": pats.to_dict(orient="records"),
+            "failed_runs": int(
+                (~frame.groupby(["n", "classes", "label", "seed"])["ok"].all()).sum()
+            ),
+        },
+        claims(tab, pats, size),
+        checks="FedRep Table 1 with a 5-layer CNN on Fashion-MNIST (reduced), every method",
+        measured="FedRep "
+        + ", ".join(
+            f"{m:.1f} +- {c:.1f} % ({n},{k})"
+            for n, k, m, c in zip(
+                fedrep["n"], fedrep["classes"], fedrep["mean"], fedrep["ci95"], strict=True
+            )
+        ),
+    )
     figure(tab, args.out)
 
 

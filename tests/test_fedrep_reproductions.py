@@ -15,7 +15,6 @@ import pytest
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 sys.path.insert(0, str(ANALYSIS))
 
-import _common  # noqa: E402
 import fedrep_theorem1 as thm  # noqa: E402
 
 
@@ -61,7 +60,7 @@ def test_theorem1_bound_and_rate(tmp_path):
     assert (tmp_path / "fedrep_theorem1.png").stat().st_size > 10_000
     results = json.loads((tmp_path / "fedrep_theorem1.json").read_text())
     assert results["size"] == "quick"
-    tab = pd.DataFrame(results["table"]).set_index("r")
+    tab = pd.DataFrame(results["numbers"]["table"]).set_index("r")
     # Theorem 1 is an upper bound on the distance: every seed contracts at least as fast
     assert tab["all within bound"].all(), tab
     # r = 1, m = 100: the derived infinite-sample rate log(1 - eta lambda_min) is what FedRep
@@ -74,20 +73,11 @@ def test_theorem1_bound_and_rate(tmp_path):
     part = tab.loc[0.25]
     assert 0.3 < part["measured/population"] < 0.95, part
     claims = results["claims"]
-    assert {c["status"] for c in claims} == {"reproduced", "qualitative"}
-    assert all(c["paper"] == "FedRep" and c["claim"] and c["ours"] for c in claims)
-
-
-def test_results_file_never_overwrites_full_size_in_quick(tmp_path):
-    quick = _common.results_file(None, True, "fedrep_theorem1")
-    assert quick.parent != Path(_common.HERE) / "results"
-    out = _common.write_results(
-        _common.results_file(str(tmp_path), True, "x"),
-        {"size": "quick", "b": float("nan"), "a": np.float64(1.5), "claims": []},
-    )
-    text = out.read_text()
-    assert json.loads(text) == {"a": 1.5, "b": None, "claims": [], "size": "quick"}
-    assert text.index('"a"') < text.index('"b"')  # keys sorted
+    # the bound holds everywhere; the rate claim at r = 0.25 (largest m = 10) is a stated miss
+    assert [c["status"] for c in claims] == ["reproduced"] * 3 + ["not reproduced"]
+    # the bound is the paper's; the infinite-sample rate is derived here ("theory")
+    assert [c["paper"] for c in claims] == ["FedRep"] * 2 + ["theory"] * 2
+    assert all(c["claim"] and c["ours"] for c in claims)
 
 
 torch = pytest.importorskip("torch")
@@ -109,7 +99,8 @@ def test_fig5_fedrep_monotone_in_head_epochs():
     for tau in (1, 10):
         assert tab.loc[("FedRep", tau), "mean"] > tab.loc[("FedAvg", tau), "mean"] + 10, tab
     claims = fedrep_fig5.claims(tab.reset_index(), st.reset_index(), size)
-    assert [c["status"] for c in claims] == ["qualitative", "qualitative"]
+    # FedAvg also gains from more epochs on this short run: stated as not reproduced
+    assert [c["status"] for c in claims] == ["qualitative", "not reproduced"]
 
 
 @pytest.mark.usefixtures("torch_one_thread")
