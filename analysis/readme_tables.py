@@ -82,8 +82,14 @@ def reproduction_table(claims: list[dict[str, str]]) -> str:
         "| paper | claim | the paper | ours | status | script |",
         "|---|---|---|---|---|---|",
     ]
+    previous = ("", "")
     for c in claims:
-        status = f"**{c['status']}**" + (f": {c['why']}" if c.get("why") else "")
+        why = c.get("why", "")
+        if why and (c["script"], why) == previous:
+            why = "as above"  # the same reason as the row before, from the same script
+        else:
+            previous = (c["script"], why)
+        status = f"**{c['status']}**" + (f": {why}" if why else "")
         script = f"`{c['script']}`" if c["script"] else ""
         lines.append(
             f"| {c['paper']} | {_cell(c['claim'])} | {_cell(c['paper_value'])} | "
