@@ -27,7 +27,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
-from simfl.engine.links import FlowNetwork
+from simfl.engine.links import Links
 from simfl.engine.live import DeviceRuntime
 from simfl.fleet import Fleet
 from simfl.outcome import ARRIVED
@@ -99,7 +99,7 @@ class Live(Playback):
         fleet: Fleet,
         links: Any,
         devices: DeviceRuntime,
-        network: FlowNetwork | None,
+        network: Links | None,
     ) -> None:
         super().__init__(env, fleet, links)
         self.devices = devices
