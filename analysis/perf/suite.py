@@ -1,6 +1,6 @@
 """The benchmark suite: every performance target of simfl, side by side with its baseline.
 
-    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5] [--peers]
+    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5,links] [--peers]
 
 1. engine throughput against bare SimPy (``engine_throughput.py``),
 2. FedRep-linear overhead against a plain numpy loop (``fedrep_overhead.py``),
@@ -8,7 +8,9 @@
    ``--peers PYTHON`` the harness runs now with the peers' virtualenv (see ``w1_ratios.py``);
    otherwise the ratios come from the last recorded harness run in ``results/``,
 4. a million-device fleet (``million.py``, in fresh processes),
-5. scaling curves against fleet and cohort size (``scaling.py``).
+5. scaling curves against fleet and cohort size (``scaling.py``);
+links. shared links against bare SimPy, and one round of 10,000 devices
+   (``links_throughput.py``; issue 13's targets 2 and 7).
 
 Each prints the median of repeated, interleaved runs; all rows go to ``results/suite.json``
 and ``results/suite.csv`` with the machine they were measured on. Exit status 1 if a
@@ -27,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_throughput
 import fedrep_overhead
+import links_throughput
 import scaling
 from _perf import HERE, parser, report
 
@@ -78,7 +81,7 @@ def peers(python: str | None, repeats: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--only", default="1,2,3,4,5", help="comma list of targets to run")
+    p.add_argument("--only", default="1,2,3,4,5,links", help="comma list of targets to run")
     p.add_argument(
         "--peers",
         metavar="PYTHON",
@@ -93,6 +96,7 @@ def main() -> None:
         "3": lambda: peers(a.peers, max(1, min(a.repeats, 3))),
         "4": lambda: million(a.quick, max(1, min(a.repeats, 3))),
         "5": lambda: scaling.measure(a.quick, max(1, min(a.repeats, 3))),
+        "links": lambda: links_throughput.measure(a.quick, max(1, min(a.repeats, 3))),
     }
     for key, step in steps.items():
         if key in only:

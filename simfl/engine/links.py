@@ -205,9 +205,18 @@ class FlowNetwork(Links):
         self._token = 0
         self._wake_at = math.inf
         self.reference: ReferenceFlowNetwork | None = None
-        if any(int(self._contended[2 * p + d].sum()) > 1 for p in topology.paths for d in (0, 1)):
+        self._starts: dict[tuple[int, str, bool], NDArray[np.int64]] = {}
+        if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
+
+    def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
+        """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
+        key = (device, direction, local)
+        res = self._starts.get(key)
+        if res is None:
+            res = self._starts[key] = super().resources(device, direction)[-1 if local else 0 :]
+        return self.start_on(res, size)
 
     # ----------------------------------------------------------------- flows
     def resume(self, flow: Flow) -> None:
@@ -276,8 +285,7 @@ class FlowNetwork(Links):
         del self._active[flow]
 
     def _busy(self) -> list[SharedLink]:
-        links = [link for link in self._links.values() if len(link)]
-        return [*links, self._free] if len(self._free) else links
+        return [link for link in (*self._links.values(), self._free) if len(link)]
 
     def _reschedule(self) -> None:
         t = min((link.next_finish() for link in self._busy()), default=math.inf)
@@ -323,3 +331,14 @@ class FlowNetwork(Links):
         self._wake_at = math.inf
         self.reference = reference
         reference._reschedule()
+
+
+def _nested(topology: Topology, contended: NDArray[np.bool_]) -> bool:
+    """Whether some path crosses two contended resources in one direction."""
+    paths = topology.paths
+    links = np.concatenate(paths)
+    starts = np.cumsum([0] + [p.size for p in paths[:-1]])
+    return any(
+        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts) > 1).any())
+        for d in (0, 1)
+    )
