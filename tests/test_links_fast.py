@@ -26,7 +26,7 @@ from simfl.network import Network
 from simfl.network.sharing import Member, SharedLink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-import fingerprints  # noqa: E402
+import fingerprints
 
 N = 8  # devices
 INF = math.inf

@@ -74,7 +74,12 @@ def bare_simpy(cohort: int, rounds: int, seed: int = 0) -> float:
 
 
 def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any:
-    """The simfl scenario: ``kind`` ``star``, ``hier`` (edge links shared) or ``nested``."""
+    """The simfl scenario on a network of ``kind``.
+
+    ``star`` (the server link shared), ``hier`` (edge links shared, the cloud unlimited),
+    ``nested`` (edge and cloud links both shared) or ``private`` (a star with an unlimited
+    server link: every device at its own link's speed, the bare loop's workload).
+    """
     from simfl import Fleet, Scenario, algorithms, dists, policies
     from simfl.network import Network
 
@@ -87,7 +92,9 @@ def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any
         bandwidth_up=up,
     )
     server_up, server_down = 2e4 * cohort, 2e5 * cohort
-    if kind == "star":
+    if kind == "private":
+        network = Network.star()
+    elif kind == "star":
         network = Network.star(server_up=server_up, server_down=server_down)
     else:
         edge_up, edge_down = server_up / EDGES, server_down / EDGES
@@ -150,15 +157,22 @@ def _row(
     }
 
 
-def measure(quick: bool = False, repeats: int = 3) -> list[dict[str, Any]]:
-    """The rows: star at 100 and 1,000 per round, hierarchy at 1,000, 10,000 in one round."""
-    sizes = [(100, 4 if quick else 30, 0.5), (1000, 2 if quick else 6, 0.25)]
-    if quick:
-        sizes = [(20, 4, 0.5), (100, 3, 0.25)]
+def measure(
+    quick: bool = False,
+    repeats: int = 3,
+    sizes: list[tuple[int, int, float]] | None = None,
+    big: int | None = None,
+) -> list[dict[str, Any]]:
+    """The rows: star at 100 and 1,000 per round, hierarchy at 1,000, 10,000 in one round.
+
+    ``sizes`` (cohort, rounds, goal) and ``big`` (the one-round cohort) override the sizes.
+    """
+    if sizes is None:
+        sizes = [(20, 4, 0.5), (100, 3, 0.25)] if quick else [(100, 30, 0.5), (1000, 6, 0.25)]
     rows = []
     for cohort, rounds, goal in sizes:
-        cases = {"star": "star", "hier": "hier"} if cohort == sizes[-1][0] else {"star": "star"}
-        for label, kind in cases.items():
+        kinds = ["star", "hier"] if cohort == sizes[-1][0] else ["star"]
+        for kind in kinds:
             simfl_s, bare_s = [], []
             for rep in range(repeats):
                 bare_s.append(bare_rounds(cohort, max(rounds, 10), rep))
@@ -180,7 +194,8 @@ def measure(quick: bool = False, repeats: int = 3) -> list[dict[str, Any]]:
                     f"reference algorithm {ref * 1e3:.0f} ms/round: fast path {speedup:.1f}x",
                 )
             )
-    big = 1000 if quick else 10_000
+    if big is None:
+        big = 1000 if quick else 10_000
     per_round = statistics.median(
         simfl_rounds(big, 2, "star", rep) for rep in range(max(1, repeats - 1))
     )
