@@ -199,6 +199,7 @@ class FlowNetwork(Links):
         self._contended = np.repeat(topology.shared, 2) & np.isfinite(self.capacity)
         self._links: dict[int, SharedLink] = {}
         self._free = SharedLink(math.inf)  # flows limited only by their own links
+        self._all = [self._free]  # every SharedLink of the network
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
         self._routes: dict[bytes, tuple[int, float, tuple[int, ...]]] = {}
@@ -268,6 +269,7 @@ class FlowNetwork(Links):
         link = self._links.get(resource)
         if link is None:
             link = self._links[resource] = SharedLink(float(self.capacity[resource]))
+            self._all.append(link)
         return link
 
     def _settle(self, flow: Flow, left: float) -> None:
@@ -284,11 +286,8 @@ class FlowNetwork(Links):
             self._users[r] -= 1
         del self._active[flow]
 
-    def _busy(self) -> list[SharedLink]:
-        return [link for link in (*self._links.values(), self._free) if len(link)]
-
     def _reschedule(self) -> None:
-        t = min((link.next_finish() for link in self._busy()), default=math.inf)
+        t = min([link.next_at for link in self._all])
         if t == self._wake_at:
             return  # the pending wake-up is still the right one
         self._token += 1
@@ -303,12 +302,12 @@ class FlowNetwork(Links):
             return  # the flows changed since this completion was scheduled
         self._wake_at = math.inf
         now = float(self.env.now)
-        busy = self._busy()
-        first = min(busy, key=SharedLink.next_finish)
+        busy = [link for link in self._all if link.n_level or link.capped]
         finished: list[Flow] = []
         for link in busy:
             finished += link.finished(now)  # type: ignore[arg-type]
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
+            first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))  # type: ignore[arg-type]
         for link in busy:
             link.settle(now)

@@ -73,6 +73,8 @@ class SharedLink:
     def __init__(self, capacity: float) -> None:
         self.capacity = float(capacity)
         self.level = math.inf  # L, the level flows' rate
+        #: when the next member finishes if nothing changes (kept by every change)
+        self.next_at = math.inf
         self.clock = 0.0  # V, bytes served to each level flow
         self.since = 0.0  # when V was last advanced
         self.n_level = 0
@@ -99,7 +101,7 @@ class SharedLink:
         return m.key - self._clock_at(now)
 
     def next_finish(self) -> float:
-        """When the next member finishes if nothing changes (``inf``: none)."""
+        """When the next member finishes if nothing changes (``inf``: none; computed)."""
         t = math.inf
         top = self._top(self._by_key)
         if top is not None and self.level < math.inf:
@@ -235,6 +237,7 @@ class SharedLink:
                 high.link = self
                 self._to_level(high, left)
                 continue
+            self.next_at = self.next_finish()
             return
 
     def _drop_level(self, m: Member) -> None:
