@@ -13,6 +13,7 @@ import math
 import sys
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,25 +135,42 @@ def test_star_with_unequal_access_links_equals_the_reference(script, up, down, a
     assert_same(star(up, down, access), script)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     scripts(distinct=True, local=True),
     st.floats(5.0, 300.0),
-    st.booleans(),
+    st.floats(5.0, 300.0),
+    st.sampled_from(["edges", "cloud", "both"]),
     access_links,
 )
-def test_hierarchy_with_one_contended_level_equals_the_reference(script, cap, edges, access):
-    # finite edge links and an unlimited cloud link, or the other way round
-    topo = hierarchy(access, cap, INF) if edges else hierarchy(access, INF, cap)
-    assert_same(topo, script)
+def test_hierarchies_equal_the_reference(script, edge, cloud, finite, access):
+    # finite edge links under an unlimited cloud link, the other way round, or both finite
+    # (two nested levels: each edge's link a child of the cloud's)
+    edge_cap = INF if finite == "cloud" else edge
+    cloud_cap = INF if finite == "edges" else cloud
+    assert_same(hierarchy(access, edge_cap, cloud_cap), script)
 
 
 @settings(max_examples=25, deadline=None)
 @given(scripts(distinct=False, local=True), st.floats(5.0, 300.0), access_links)
-def test_nested_bottlenecks_and_shared_access_links_fall_back_exactly(script, cap, access):
-    # two flows of one device share its access link, or edge and cloud are both finite
+def test_two_flows_on_one_access_link_fall_back_exactly(script, cap, access):
+    # a device may have two flows at once: its own link is then shared as well
     assert_same(hierarchy(access, cap, INF), script, fast=False)
     assert_same(hierarchy(access, cap, 2 * cap), script, fast=False)
+
+
+def test_three_contended_levels_play_the_reference_from_the_start():
+    # devices 0 and 1 reach the server through c, b and a: three shared links
+    g = nx.Graph([("server", "a"), ("a", "b"), ("b", "c")])
+    for u, v, bw in (("server", "a", 50.0), ("a", "b", 40.0), ("b", "c", 30.0)):
+        g.edges[u, v]["bandwidth"] = bw
+    for i in range(4):
+        g.add_edge("c" if i < 2 else "a", i, bandwidth=20.0)
+    topo = Network.from_graph(g).build(np.full(4, 20.0), np.full(4, 20.0), np.zeros(4))
+    net = FlowNetwork(simpy.Environment(), topo)
+    assert net.reference is not None
+    script: list[FlowSpec] = [(i, "up", 100.0, 0.0, None, None, False) for i in range(4)]
+    assert_same(topo, script, fast=False)
 
 
 def test_a_second_flow_on_one_access_link_hands_over_to_the_reference_mid_run():
@@ -218,6 +236,9 @@ def assert_frames_close(fast: pd.DataFrame, ref: pd.DataFrame) -> None:
 @pytest.mark.parametrize("name", NETWORK_CASES)
 def test_network_scenarios_give_the_reference_frames(name):
     scenario, kwargs = fingerprints.catalogue()[name]()
+    fleet = scenario.fleet
+    topo = scenario.network.build(fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency)
+    assert FlowNetwork(simpy.Environment(), topo).reference is None  # the fast path plays it
     fast = run(scenario, progress=False, **kwargs)
     ref = run(scenario, progress=False, reference_links=True, **kwargs)
     assert fast.meta["stop_reason"] == ref.meta["stop_reason"]

@@ -3,10 +3,16 @@
 Every transfer is a *flow* of ``size`` bytes over the links of its path, in one direction (down:
 server to device; up: device to server). Each direction of a link is a resource of capacity
 ``down[l]`` or ``up[l]`` bytes/s. Whenever a flow starts, finishes, pauses or is cancelled, the
-rates of all active flows are recomputed as the max-min fair allocation (progressive filling:
-raise every rate together; a resource that fills freezes the flows through it): on a single
-link this is processor sharing, each of the ``n`` active flows getting ``C / n``. A flow then
-completes when its remaining bytes reach zero at its current rate.
+rates of the active flows are the max-min fair allocation (progressive filling: raise every
+rate together; a resource that fills freezes the flows through it): on a single link this is
+processor sharing, each of the ``n`` active flows getting ``C / n``. A flow then completes when
+its remaining bytes reach zero at its current rate.
+
+Two implementations (``simfl.run(..., reference_links=True)`` picks the second):
+:class:`FlowNetwork`, the default, keeps each contended link's processor-sharing state
+(:mod:`simfl.network.sharing`) and costs ``O(log n)`` per flow event on stars and
+hierarchies; :class:`ReferenceFlowNetwork` recomputes every rate over every flow at every
+event (the straightforward algorithm the tests hold the fast one to).
 
 Before its first byte moves a transfer pays its path's latency (handled by the job process).
 
@@ -181,17 +187,19 @@ class FlowNetwork(Links):
 
     Every finite resource that more than one device's path crosses (a server link, an edge's
     link to the cloud) is a :class:`~simfl.network.sharing.SharedLink`: processor sharing
-    among its flows, each capped by the rest of its path (the device's own access link). On a
-    tree where each flow crosses at most one such contended resource (a star; a hierarchy
-    whose edge or cloud links are unlimited in each direction) these are exactly the max-min
-    fair rates of :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow
-    event costs ``O(log n)`` instead of a pass over every flow. One SimPy timeout is pending
-    per network (the next completion); an outdated one is ignored by its token.
+    among its flows, each capped by the rest of its path (the device's own access link). A
+    flow joins the deepest such link on its path; where there are two (a hierarchy with
+    finite edge *and* cloud links), the edge's link is a child of the cloud's and one
+    water-filling solves both levels. These are exactly the max-min fair rates of
+    :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
+    ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
+    over every flow. One SimPy timeout is pending per network (the next completion); an
+    outdated one is ignored by its token.
 
-    Where flows meet on two contended resources (a hierarchy with finite edge *and* cloud
-    links in one direction, or two flows at once on one device's own link), the network plays
-    the reference algorithm instead: from the start when the topology says so, else from the
-    moment it happens, taking over every flow in progress.
+    Where the structure does not fit (three contended links on one path, in a graph
+    topology; or two flows at once on one device's own link) the network plays the reference
+    algorithm instead: from the start when the topology says so, else from the moment it
+    happens, taking over every flow in progress.
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology) -> None:
@@ -253,7 +261,11 @@ class FlowNetwork(Links):
 
     # ----------------------------------------------------------------- internals
     def _route(self, resources: NDArray[np.int64]) -> tuple[int, float, tuple[int, ...]]:
-        """(contended resource or -1 for none, -2 for several; own cap; private resources)."""
+        """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
+
+        A flow joins the deepest contended resource on its path; with two (an edge's link
+        and the cloud's), the upper one becomes that link's parent.
+        """
         key = resources.tobytes()
         route = self._routes.get(key)
         if route is None:
@@ -261,9 +273,25 @@ class FlowNetwork(Links):
             shared = [r for r in finite if self._contended[r]]
             private = tuple(r for r in finite if not self._contended[r])
             cap = min((float(self.capacity[r]) for r in private), default=math.inf)
-            route = (shared[0] if len(shared) == 1 else -1 if not shared else -2, cap, private)
+            route = (self._nest(shared), cap, private)
             self._routes[key] = route
         return route
+
+    def _nest(self, shared: list[int]) -> int:
+        """The resource a flow over contended ``shared`` (server side first) joins."""
+        if len(shared) <= 1:
+            return shared[0] if shared else -1
+        upper, lower = (self._link(r) for r in shared[-2:])
+        if (
+            len(shared) > 2
+            or lower.children
+            or upper.parent is not None
+            or lower.parent not in (None, upper)
+        ):
+            return -2  # deeper than two levels, or another nesting: not for SharedLink
+        if lower.parent is None:
+            upper.attach(lower)
+        return shared[-1]
 
     def _link(self, resource: int) -> SharedLink:
         link = self._links.get(resource)
@@ -333,11 +361,11 @@ class FlowNetwork(Links):
 
 
 def _nested(topology: Topology, contended: NDArray[np.bool_]) -> bool:
-    """Whether some path crosses two contended resources in one direction."""
+    """Whether some path crosses more than two contended resources in one direction."""
     paths = topology.paths
     links = np.concatenate(paths)
     starts = np.cumsum([0] + [p.size for p in paths[:-1]])
     return any(
-        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts) > 1).any())
+        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts) > 2).any())
         for d in (0, 1)
     )

@@ -75,6 +75,11 @@ class SharedLink:
         self.level = math.inf  # L, the level flows' rate
         #: when the next member finishes if nothing changes (kept by every change)
         self.next_at = math.inf
+        #: the link above this one on its flows' paths (an edge's cloud link), if contended
+        self.parent: SharedLink | None = None
+        self.children: list[SharedLink] = []
+        #: a child whose own level is below its parent's: it takes its whole capacity
+        self.saturated = False
         self.clock = 0.0  # V, bytes served to each level flow
         self.since = 0.0  # when V was last advanced
         self.n_level = 0
@@ -128,14 +133,14 @@ class SharedLink:
         m.link = self
         m.seq = next(_seq)
         self._to_level(m, remaining)
-        self._rebalance(now)
+        self.settle(now)
 
     def remove(self, m: Member, now: float) -> float:
         """Take ``m`` out at ``now``; return its remaining bytes. Rebalances the level."""
         self._advance(now)
         left = self.remaining(m, now)
         self._drop(m)
-        self._rebalance(now)
+        self.settle(now)
         return left
 
     def pop_first(self, now: float) -> Member:
@@ -154,8 +159,22 @@ class SharedLink:
         return capped
 
     def settle(self, now: float) -> None:
-        """Rebalance after :meth:`finished` took members out."""
-        self._rebalance(now)
+        """Rebalance after a change (also after :meth:`finished` took members out).
+
+        A link with a parent is rebalanced by its parent, which solves both levels.
+        """
+        if self.parent is not None:
+            self.parent.settle(now)
+        elif self.children:
+            self._rebalance_tree(now)
+        else:
+            self._rebalance(now)
+
+    def attach(self, child: SharedLink) -> None:
+        """Make ``child`` a link below this one (two levels at most)."""
+        if child.parent is not self:
+            child.parent = self
+            self.children.append(child)
 
     # ----------------------------------------------------------------- internals
     def _clock_at(self, now: float) -> float:
@@ -218,27 +237,82 @@ class SharedLink:
         else:
             self.capped_sum += c
 
+    def _own_level(self) -> float:
+        """The level by this link's own capacity alone (``inf``: no level members)."""
+        return (self.capacity - self.capped_sum) / self.n_level if self.n_level else math.inf
+
+    def _rebalance_tree(self, now: float) -> None:
+        """Water-filling over both levels, one move at a time (each raises the level).
+
+        The items are this link's own members, each child's members and each child's
+        *saturation*: a saturated child (its own level below this link's level ``L``) takes
+        exactly its capacity; an unsaturated one takes ``sum min(c_i, L)`` of its members.
+        ``L`` solves "all items take this link's capacity" for the current classes; an item
+        whose class disagrees with ``L`` (or, inside a saturated child, with the child's own
+        level) is moved, and ``L`` solved again. Every such move raises ``L`` (or leaves it
+        alone, inside a saturated child), so each item changes class at most twice.
+        """
+        self._advance(now)
+        children = self.children
+        for child in children:
+            child._advance(now)
+        level = math.inf
+        for _ in range(64 + 4 * (len(self) + sum(len(c) for c in children))):
+            fixed, slope = self.capped_sum, self.n_level
+            for child in children:
+                if child.saturated:
+                    fixed += child.capacity
+                else:
+                    fixed += child.capped_sum
+                    slope += child.n_level
+            if slope:
+                level = (self.capacity - fixed) / slope
+            else:
+                level = math.inf if fixed <= self.capacity else -math.inf
+            if self._move_one(now, level) or any(c._settle_below(now, level) for c in children):
+                continue
+            break
+        self.level = level
+        for child in children:
+            child.level = child._own_level() if child.saturated else level
+            child.next_at = child.next_finish()
+        self.next_at = self.next_finish()
+
+    def _settle_below(self, now: float, level: float) -> bool:
+        """One move of this child toward agreeing with its parent's ``level``; whether moved."""
+        own = self._own_level()
+        if self.saturated != (own < level):  # (un)saturates: takes its capacity, or less
+            self.saturated = not self.saturated
+            return True
+        return self._move_one(now, own if self.saturated else level)
+
+    def _move_one(self, now: float, level: float) -> bool:
+        """Move one member whose class disagrees with ``level``; whether one was moved."""
+        low = self._top(self._by_low)
+        if low is not None and low.cap < level:  # below the level: capped by its own link
+            left = low.key - self.clock
+            self._drop_level(low)
+            self._to_capped(low, left, now)
+            return True
+        high = self._top(self._by_high)
+        if high is not None and high.cap > level:  # above the level: rejoins it
+            left = high.rem0 - high.cap * (now - high.t0)
+            self._drop(high)
+            high.link = self
+            self._to_level(high, left)
+            return True
+        return False
+
     def _rebalance(self, now: float) -> None:
         """Water-filling from the current classes: each member changes class at most twice."""
-        while True:
+        self._advance(now)
+        for _ in range(64 + 4 * len(self)):
             n = self.n_level
             level = (self.capacity - self.capped_sum) / n if n else math.inf
             self.level = level
-            low = self._top(self._by_low)
-            if low is not None and low.cap < level:  # below the level: capped by its own link
-                left = low.key - self.clock
-                self._drop_level(low)
-                self._to_capped(low, left, now)
-                continue
-            high = self._top(self._by_high)
-            if high is not None and high.cap > level:  # above the level: rejoins it
-                left = high.rem0 - high.cap * (now - high.t0)
-                self._drop(high)
-                high.link = self
-                self._to_level(high, left)
-                continue
-            self.next_at = self.next_finish()
-            return
+            if not self._move_one(now, level):
+                break
+        self.next_at = self.next_finish()
 
     def _drop_level(self, m: Member) -> None:
         m.ver += 1
