@@ -337,8 +337,8 @@ class FlowNetwork(Links):
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))  # type: ignore[arg-type]
-        for link in busy:
-            link.settle(now)
+        for top in dict.fromkeys(link.parent or link for link in busy):
+            top.settle(now)  # a parent rebalances its children too
         finished.sort(key=lambda f: f.seq)
         for f in finished:
             self._release(f, 0.0)
