@@ -17,6 +17,12 @@ Between flow events every rate is constant, so the state is kept without touchin
   finishes at ``t0 + rem0 / c``; a heap orders them by that time, another by cap (largest
   first: the next to rejoin the level if ``L`` falls).
 
+Two levels nest (an edge server's link under the cloud's, :meth:`SharedLink.attach`): a flow
+then gets ``min(c_i, L_e, L)``, its edge's own level ``L_e`` and the cloud's level ``L``; the
+cloud solves for ``L`` with each child either *saturated* (taking exactly its capacity) or
+taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
+(:meth:`SharedLink._rebalance_tree`, ``O(children)`` per step).
+
 A flow event moves the level once and moves only the flows whose class changes (each at most
 twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Heap entries are
 invalidated lazily (a version number per flow). The sum of the capped flows' caps is kept
