@@ -43,7 +43,7 @@ _TOL = 1e-9  # relative: a flow with less than this share of its bytes left is c
 class Flow(Member):
     """One transfer over a path (see :class:`FlowNetwork`)."""
 
-    __slots__ = ("delivered", "done", "rate", "remaining", "resources")
+    __slots__ = ("delivered", "done", "rate", "remaining", "resources", "route")
 
     def __init__(self, env: simpy.Environment, resources: NDArray[np.int64], size: float) -> None:
         super().__init__(size)
@@ -52,6 +52,8 @@ class Flow(Member):
         self.delivered = 0.0
         self.rate = 0.0
         self.done = env.event()
+        #: its place in a :class:`FlowNetwork` (shared resource, own cap, private resources)
+        self.route: tuple[int, float, tuple[int, ...]] | None = None
 
 
 class Links(ABC):
@@ -205,6 +207,8 @@ class FlowNetwork(Links):
     def __init__(self, env: simpy.Environment, topology: Topology) -> None:
         super().__init__(env, topology)
         self._contended = np.repeat(topology.shared, 2) & np.isfinite(self.capacity)
+        self._capacity: list[float] = self.capacity.tolist()
+        self._contended_list: list[bool] = self._contended.tolist()
         self._links: dict[int, SharedLink] = {}
         self._free = SharedLink(math.inf)  # flows limited only by their own links
         self._all = [self._free]  # every SharedLink of the network
@@ -232,7 +236,9 @@ class FlowNetwork(Links):
         """(Re)admit a flow to the network."""
         if self.reference is not None:
             return self.reference.resume(flow)
-        contended, cap, private = self._route(flow.resources)
+        if flow.route is None:
+            flow.route = self._route(flow.resources)
+        contended, cap, private = flow.route
         if flow.done_by(flow.remaining) or (contended < 0 and math.isinf(cap)):
             self._settle(flow, 0.0)
             flow.done.succeed()
@@ -269,10 +275,11 @@ class FlowNetwork(Links):
         key = resources.tobytes()
         route = self._routes.get(key)
         if route is None:
-            finite = [int(r) for r in resources if math.isfinite(self.capacity[r])]
-            shared = [r for r in finite if self._contended[r]]
-            private = tuple(r for r in finite if not self._contended[r])
-            cap = min((float(self.capacity[r]) for r in private), default=math.inf)
+            capacity, contended = self._capacity, self._contended_list
+            finite = [r for r in resources.tolist() if capacity[r] < math.inf]
+            shared = [r for r in finite if contended[r]]
+            private = tuple(r for r in finite if not contended[r])
+            cap = min((capacity[r] for r in private), default=math.inf)
             route = (self._nest(shared), cap, private)
             self._routes[key] = route
         return route
@@ -310,7 +317,8 @@ class FlowNetwork(Links):
     def _release(self, flow: Flow, left: float) -> None:
         """``flow`` has left its shared link with ``left`` bytes to go."""
         self._settle(flow, left)
-        for r in self._route(flow.resources)[2]:
+        assert flow.route is not None
+        for r in flow.route[2]:
             self._users[r] -= 1
         del self._active[flow]
 
