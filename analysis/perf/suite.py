@@ -1,6 +1,6 @@
 """The benchmark suite: every performance target of simfl, side by side with its baseline.
 
-    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5,6,avail] [--peers]
+    python analysis/perf/suite.py [--quick] [--repeats 5] [--only 1,2,3,4,5,6,avail,links] [--peers]
 
 1. engine throughput against bare SimPy (``engine_throughput.py``),
 2. FedRep-linear overhead against a plain numpy loop (``fedrep_overhead.py``),
@@ -13,6 +13,8 @@
    FastestK, a million-device FedBuff run (``async_throughput.py``),
 avail. throughput under on/off availability, abort and pause, against bare SimPy
    (``availability_throughput.py``).
+links. shared links against bare SimPy, and one round of 10,000 devices
+   (``links_throughput.py``).
 
 Each prints the median of repeated, interleaved runs; all rows go to ``results/suite.json``
 and ``results/suite.csv`` with the machine they were measured on. Exit status 1 if a
@@ -33,6 +35,7 @@ import async_throughput
 import availability_throughput
 import engine_throughput
 import fedrep_overhead
+import links_throughput
 import scaling
 from _perf import HERE, parser, report
 
@@ -84,7 +87,7 @@ def peers(python: str | None, repeats: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--only", default="1,2,3,4,5,6,avail", help="comma list of targets to run")
+    p.add_argument("--only", default="1,2,3,4,5,6,avail,links", help="comma list of targets to run")
     p.add_argument(
         "--peers",
         metavar="PYTHON",
@@ -101,6 +104,7 @@ def main() -> None:
         "5": lambda: scaling.measure(a.quick, max(1, min(a.repeats, 3))),
         "6": lambda: async_throughput.measure(a.quick, a.repeats),
         "avail": lambda: availability_throughput.measure(a.quick, a.repeats),
+        "links": lambda: links_throughput.measure(a.quick, max(1, min(a.repeats, 3))),
     }
     for key, step in steps.items():
         if key in only:

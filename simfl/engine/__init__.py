@@ -52,6 +52,7 @@ def run(
     lazy: bool = True,
     on_error: str = "record",
     batched: bool = True,
+    reference_links: bool = False,
 ) -> Results:
     """Simulate ``scenario`` and return its :class:`~simfl.results.Results`.
 
@@ -89,6 +90,10 @@ def run(
         resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
         process, stage by stage under availability: the straightforward path; the results
         are identical.
+    reference_links
+        Play shared links with the straightforward reference algorithm (every flow event
+        recomputes every rate over every flow) instead of the fast one (the default); the
+        times agree to a relative ``1e-9``. For tests and benchmarks.
     """
     if not isinstance(scenario, Scenario):
         raise ValueError(f"simfl.run needs a simfl.Scenario, got {scenario!r}")
@@ -100,8 +105,16 @@ def run(
             raise ValueError(f"{exc} (or a callable taking the share of the run done)") from None
     lazy = check_bool("simfl.run lazy", lazy)
     batched = check_bool("simfl.run batched", batched)
+    reference_links = check_bool("simfl.run reference_links", reference_links)
     started = time.perf_counter()
-    ctx = RunContext(scenario, lazy=lazy, progress=progress, on_error=on_error, batched=batched)
+    ctx = RunContext(
+        scenario,
+        lazy=lazy,
+        progress=progress,
+        on_error=on_error,
+        batched=batched,
+        reference_links=reference_links,
+    )
     loop = _loop(ctx)
     status = _play(ctx, loop)
     if loop.in_flight:

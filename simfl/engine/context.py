@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from simfl.algorithms.base import Updates
 from simfl.engine.jobs import JobPlan, plan_jobs
-from simfl.engine.links import FlowNetwork
+from simfl.engine.links import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.playback import Live, Planned, Playback, Resolved
 from simfl.fleet import AvailabilityCursor
@@ -78,8 +78,10 @@ class RunContext:
         progress: Progress,
         on_error: str,
         batched: bool = True,
+        reference_links: bool = False,
     ) -> None:
         self.scenario = scenario
+        self.reference_links = reference_links
         self.lazy = lazy
         self.on_error = on_error
         self.env = simpy.Environment()
@@ -106,7 +108,7 @@ class RunContext:
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
-        self.network: FlowNetwork | None = None
+        self.network: Links | None = None
         self.playback = self._playback(scenario, batched)
         #: Play synchronous rounds without job events where the playback is planned.
         self.batched = batched and self.playback.planned
@@ -135,7 +137,8 @@ class RunContext:
             topology = scenario.network.build(
                 fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency
             )
-            self.network = FlowNetwork(self.env, topology)
+            links_class = ReferenceFlowNetwork if self.reference_links else FlowNetwork
+            self.network = links_class(self.env, topology)
             links = topology.device_links()
             path_latency = topology.path_latency
         devices = DeviceRuntime(self.env, self.cursor, fleet.offline, self.network, path_latency)

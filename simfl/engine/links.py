@@ -3,10 +3,16 @@
 Every transfer is a *flow* of ``size`` bytes over the links of its path, in one direction (down:
 server to device; up: device to server). Each direction of a link is a resource of capacity
 ``down[l]`` or ``up[l]`` bytes/s. Whenever a flow starts, finishes, pauses or is cancelled, the
-rates of all active flows are recomputed as the max-min fair allocation (progressive filling:
-raise every rate together; a resource that fills freezes the flows through it): on a single
-link this is processor sharing, each of the ``n`` active flows getting ``C / n``. A flow then
-completes when its remaining bytes reach zero at its current rate.
+rates of the active flows are the max-min fair allocation (progressive filling: raise every
+rate together; a resource that fills freezes the flows through it): on a single link this is
+processor sharing, each of the ``n`` active flows getting ``C / n``. A flow then completes when
+its remaining bytes reach zero at its current rate.
+
+Two implementations (``simfl.run(..., reference_links=True)`` picks the second):
+:class:`FlowNetwork`, the default, keeps each contended link's processor-sharing state
+(:mod:`simfl.network.sharing`) and costs ``O(log n)`` per flow event on stars and
+hierarchies; :class:`ReferenceFlowNetwork` recomputes every rate over every flow at every
+event (the straightforward algorithm the tests hold the fast one to).
 
 Before its first byte moves a transfer pays its path's latency (handled by the job process).
 
@@ -18,6 +24,7 @@ link of capacity ``C`` all finish at ``n S / C``; two flows of sizes ``S1 < S2``
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -25,29 +32,32 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.network.flows import max_min_rates
+from simfl.network.sharing import Member, SharedLink
 from simfl.network.topology import Topology
 
-__all__ = ["Flow", "FlowNetwork"]
+__all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
 
 _TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
 
 
-class Flow:
+class Flow(Member):
     """One transfer over a path (see :class:`FlowNetwork`)."""
 
-    __slots__ = ("delivered", "done", "rate", "remaining", "resources", "size")
+    __slots__ = ("delivered", "done", "rate", "remaining", "resources", "route")
 
     def __init__(self, env: simpy.Environment, resources: NDArray[np.int64], size: float) -> None:
+        super().__init__(size)
         self.resources = resources
-        self.size = float(size)
         self.remaining = float(size)
         self.delivered = 0.0
         self.rate = 0.0
         self.done = env.event()
+        #: its place in a :class:`FlowNetwork` (shared resource, own cap, private resources)
+        self.route: tuple[int, float, tuple[int, ...]] | None = None
 
 
-class FlowNetwork:
-    """The active flows of a run and their max-min fair rates (SimPy)."""
+class Links(ABC):
+    """Shared links of a run (both implementations): resources, paths, starting flows."""
 
     def __init__(self, env: simpy.Environment, topology: Topology) -> None:
         self.env = env
@@ -56,9 +66,6 @@ class FlowNetwork:
         self.capacity = np.empty(2 * topology.n_links)
         self.capacity[0::2] = topology.down
         self.capacity[1::2] = topology.up
-        self.flows: list[Flow] = []
-        self._last = 0.0
-        self._token = 0
         #: bytes delivered per resource so far (for checks: never above capacity x time)
         self.carried = np.zeros(self.capacity.size)
 
@@ -89,6 +96,30 @@ class FlowNetwork:
         self.resume(flow)
         return flow
 
+    @abstractmethod
+    def resume(self, flow: Flow) -> None:
+        """(Re)admit a flow to the network."""
+
+    @abstractmethod
+    def stop(self, flow: Flow) -> float:
+        """Take a flow out (cancelled or paused); return the bytes it has delivered."""
+
+
+class ReferenceFlowNetwork(Links):
+    """The active flows and their max-min fair rates, recomputed over all of them (SimPy).
+
+    The straightforward implementation: every flow event advances every flow and recomputes
+    every rate by progressive filling (:func:`~simfl.network.flows.max_min_rates`). It is
+    the reference the fast :class:`FlowNetwork` is tested against, and what it falls back to
+    where a flow crosses two contended links.
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
+        super().__init__(env, topology)
+        self.flows: list[Flow] = []
+        self._last = 0.0
+        self._token = 0
+
     def resume(self, flow: Flow) -> None:
         """(Re)admit a flow to the network."""
         self._advance()
@@ -98,7 +129,6 @@ class FlowNetwork:
         ):
             flow.delivered += flow.remaining
             self.carried[flow.resources] += flow.remaining
-            flow.remaining = 0.0
             flow.remaining = 0.0
             flow.done.succeed()
             return
@@ -152,3 +182,198 @@ class FlowNetwork:
             self.flows.remove(f)
             f.done.succeed()
         self._reschedule()
+
+
+class FlowNetwork(Links):
+    """The active flows and their max-min fair rates, at O(log n) per flow event (SimPy).
+
+    Every finite resource that more than one device's path crosses (a server link, an edge's
+    link to the cloud) is a :class:`~simfl.network.sharing.SharedLink`: processor sharing
+    among its flows, each capped by the rest of its path (the device's own access link). A
+    flow joins the deepest such link on its path; where there are two (a hierarchy with
+    finite edge *and* cloud links), the edge's link is a child of the cloud's and one
+    water-filling solves both levels. These are exactly the max-min fair rates of
+    :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
+    ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
+    over every flow. One SimPy timeout is pending per network (the next completion); an
+    outdated one is ignored by its token.
+
+    Where the structure does not fit (three contended links on one path, in a graph
+    topology; or two flows at once on one device's own link) the network plays the reference
+    algorithm instead: from the start when the topology says so, else from the moment it
+    happens, taking over every flow in progress.
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
+        super().__init__(env, topology)
+        self._contended = np.repeat(topology.shared, 2) & np.isfinite(self.capacity)
+        self._capacity: list[float] = self.capacity.tolist()
+        self._contended_list: list[bool] = self._contended.tolist()
+        self._links: dict[int, SharedLink] = {}
+        self._free = SharedLink(math.inf)  # flows limited only by their own links
+        self._all = [self._free]  # every SharedLink of the network
+        self._users = [0] * self.capacity.size  # flows on each private finite resource
+        self._active: dict[Flow, None] = {}  # in (re)admission order
+        self._routes: dict[bytes, tuple[int, float, tuple[int, ...]]] = {}
+        self._token = 0
+        self._wake_at = math.inf
+        self.reference: ReferenceFlowNetwork | None = None
+        self._starts: dict[tuple[int, str, bool], NDArray[np.int64]] = {}
+        if _nested(topology, self._contended):
+            self.reference = ReferenceFlowNetwork(env, topology)
+            self.reference.carried = self.carried
+
+    def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
+        """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
+        key = (device, direction, local)
+        res = self._starts.get(key)
+        if res is None:
+            res = self._starts[key] = super().resources(device, direction)[-1 if local else 0 :]
+        return self.start_on(res, size)
+
+    # ----------------------------------------------------------------- flows
+    def resume(self, flow: Flow) -> None:
+        """(Re)admit a flow to the network."""
+        if self.reference is not None:
+            return self.reference.resume(flow)
+        if flow.route is None:
+            flow.route = self._route(flow.resources)
+        contended, cap, private = flow.route
+        if flow.done_by(flow.remaining) or (contended < 0 and math.isinf(cap)):
+            self._settle(flow, 0.0)
+            flow.done.succeed()
+            return None
+        if contended == -2 or any(self._users[r] for r in private):
+            self._fall_back()
+            return self.resume(flow)
+        for r in private:
+            self._users[r] += 1
+        flow.cap = cap
+        link = self._free if contended < 0 else self._link(contended)
+        link.add(flow, flow.remaining, float(self.env.now))
+        self._active[flow] = None
+        self._reschedule()
+        return None
+
+    def stop(self, flow: Flow) -> float:
+        """Take a flow out (cancelled or paused); return the bytes it has delivered."""
+        if self.reference is not None:
+            return self.reference.stop(flow)
+        link = flow.link
+        if link is not None:
+            self._release(flow, link.remove(flow, float(self.env.now)))
+            self._reschedule()
+        return flow.delivered
+
+    # ----------------------------------------------------------------- internals
+    def _route(self, resources: NDArray[np.int64]) -> tuple[int, float, tuple[int, ...]]:
+        """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
+
+        A flow joins the deepest contended resource on its path; with two (an edge's link
+        and the cloud's), the upper one becomes that link's parent.
+        """
+        key = resources.tobytes()
+        route = self._routes.get(key)
+        if route is None:
+            capacity, contended = self._capacity, self._contended_list
+            finite = [r for r in resources.tolist() if capacity[r] < math.inf]
+            shared = [r for r in finite if contended[r]]
+            private = tuple(r for r in finite if not contended[r])
+            cap = min((capacity[r] for r in private), default=math.inf)
+            route = (self._nest(shared), cap, private)
+            self._routes[key] = route
+        return route
+
+    def _nest(self, shared: list[int]) -> int:
+        """The resource a flow over contended ``shared`` (server side first) joins."""
+        if len(shared) <= 1:
+            return shared[0] if shared else -1
+        upper, lower = (self._link(r) for r in shared[-2:])
+        if (
+            len(shared) > 2
+            or lower.children
+            or upper.parent is not None
+            or lower.parent not in (None, upper)
+        ):
+            return -2  # deeper than two levels, or another nesting: not for SharedLink
+        if lower.parent is None:
+            upper.attach(lower)
+        return shared[-1]
+
+    def _link(self, resource: int) -> SharedLink:
+        link = self._links.get(resource)
+        if link is None:
+            link = self._links[resource] = SharedLink(float(self.capacity[resource]))
+            self._all.append(link)
+        return link
+
+    def _settle(self, flow: Flow, left: float) -> None:
+        """Book the bytes ``flow`` moved since it was last touched; ``left`` remain."""
+        moved = flow.remaining - left
+        flow.delivered += moved
+        self.carried[flow.resources] += moved
+        flow.remaining = left
+
+    def _release(self, flow: Flow, left: float) -> None:
+        """``flow`` has left its shared link with ``left`` bytes to go."""
+        self._settle(flow, left)
+        assert flow.route is not None
+        for r in flow.route[2]:
+            self._users[r] -= 1
+        del self._active[flow]
+
+    def _reschedule(self) -> None:
+        t = min([link.next_at for link in self._all])
+        if t == self._wake_at:
+            return  # the pending wake-up is still the right one
+        self._token += 1
+        self._wake_at = t
+        if math.isfinite(t):
+            token = self._token
+            event = self.env.timeout(max(t - float(self.env.now), 0.0))
+            event.callbacks.append(lambda _: self._wake(token))
+
+    def _wake(self, token: int) -> None:
+        if token != self._token or self.reference is not None:
+            return  # the flows changed since this completion was scheduled
+        self._wake_at = math.inf
+        now = float(self.env.now)
+        busy = [link for link in self._all if link.n_level or link.capped]
+        finished: list[Flow] = []
+        for link in busy:
+            finished += link.finished(now)  # type: ignore[arg-type]
+        if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
+            first = min(busy, key=lambda link: link.next_at)
+            finished.append(first.pop_first(now))  # type: ignore[arg-type]
+        for top in dict.fromkeys(link.parent or link for link in busy):
+            top.settle(now)  # a parent rebalances its children too
+        finished.sort(key=lambda f: f.seq)
+        for f in finished:
+            self._release(f, 0.0)
+            f.done.succeed()
+        self._reschedule()
+
+    def _fall_back(self) -> None:
+        """Hand every flow in progress to the reference algorithm, for the rest of the run."""
+        reference = ReferenceFlowNetwork(self.env, self.topology)
+        reference.carried = self.carried
+        reference._last = float(self.env.now)
+        for flow in list(self._active):
+            assert flow.link is not None
+            self._release(flow, flow.link.remove(flow, float(self.env.now)))
+            reference.flows.append(flow)
+        self._token += 1
+        self._wake_at = math.inf
+        self.reference = reference
+        reference._reschedule()
+
+
+def _nested(topology: Topology, contended: NDArray[np.bool_]) -> bool:
+    """Whether some path crosses more than two contended resources in one direction."""
+    paths = topology.paths
+    links = np.concatenate(paths)
+    starts = np.cumsum([0] + [p.size for p in paths[:-1]])
+    return any(
+        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts) > 2).any())
+        for d in (0, 1)
+    )

@@ -21,7 +21,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan
-from simfl.engine.links import Flow, FlowNetwork
+from simfl.engine.links import Flow, Links
 from simfl.fleet import AvailabilityCursor
 
 __all__ = ["DeviceRuntime"]
@@ -51,7 +51,7 @@ class DeviceRuntime:
         env: simpy.Environment,
         cursor: AvailabilityCursor | None,
         offline: str,
-        network: FlowNetwork | None,
+        network: Links | None,
         path_latency: NDArray[np.float64] | None,
     ) -> None:
         self.env = env

@@ -35,7 +35,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
-from simfl.engine.links import FlowNetwork
+from simfl.engine.links import Links
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.offline import Resolution, resolve
 from simfl.fleet import Fleet
@@ -108,7 +108,7 @@ class Live(Playback):
         fleet: Fleet,
         links: Any,
         devices: DeviceRuntime,
-        network: FlowNetwork | None,
+        network: Links | None,
     ) -> None:
         super().__init__(env, fleet, links)
         self.devices = devices

@@ -4,7 +4,9 @@
   dedicated link;
 * :mod:`simfl.network.topology`: :class:`Network` (star, hierarchical or any graph) and the
   :class:`Topology` it binds to a fleet;
-* :mod:`simfl.network.flows`: :func:`max_min_rates`, the rates of flows sharing links.
+* :mod:`simfl.network.flows`: :func:`max_min_rates`, the rates of flows sharing links;
+* :mod:`simfl.network.sharing`: :class:`SharedLink`, one link's processor sharing with
+  per-flow caps at ``O(log n)`` per flow event (what the fast shared links are made of).
 """
 
 from simfl.network.flows import max_min_rates

@@ -1,0 +1,223 @@
+"""Shared links (issue 13, targets 2 and 7): timing-only rounds over a shared network.
+
+Synchronous rounds of timing-only jobs (100 kB each way, Exp(1) compute) from a fleet whose
+access links are unequal (uniform 0.1 to 1 MB/s up, four times that down), device-jobs
+simulated per second of host time by
+
+* ``bare SimPy``: the baseline, as in ``engine_throughput.py``: one process per job, one
+  timeout per stage (download, compute, upload at the device's own link speed: no sharing),
+  the server waiting for all of them; it records nothing;
+* ``simfl``: ``simfl.run`` of the same cohorts on a star whose server link all transfers share
+  (``Network.star``: 20 kB/s up and 200 kB/s down per device of the cohort, so the server
+  link is the bottleneck for most devices and the access link for the slowest), exact max-min
+  fair sharing; and on a hierarchy (10 edge servers whose links to the cloud are shared, under
+  a cloud link that is shared too: two nested levels);
+* the reference algorithm (``run(..., reference_links=True)``), for scale, in the notes.
+
+Host time is taken between the first and the last aggregation (``run(progress=callable)``),
+so building the topology (once per run) is left out; the bare loop has no set-up.
+
+Goals: simfl / bare >= 0.5 at 100 devices per round, >= 0.25 at 1,000 per round (star and
+hierarchy), and a round of 10,000 devices in under 1 s of host time.
+
+    python analysis/perf/links_throughput.py [--quick] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perf import parser, report
+
+SIZE = 100_000  # bytes each way
+EDGES = 10
+
+
+def fleet_links(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Unequal access links: (down, up) bytes/s of ``n`` devices."""
+    up = np.random.default_rng(seed).uniform(1e5, 1e6, n)
+    return 4.0 * up, up
+
+
+def bare_simpy(cohort: int, rounds: int, seed: int = 0) -> float:
+    """The baseline: one process per job, one timeout per stage, no sharing. Returns sim time."""
+    fleet = max(10 * cohort, 10_000)
+    down, up = fleet_links(fleet)
+    rng = np.random.default_rng(seed)
+    env = simpy.Environment()
+
+    def job(d: float, c: float, u: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(d)
+        yield env.timeout(c)
+        yield env.timeout(u)
+
+    def server():  # type: ignore[no-untyped-def]
+        for _ in range(rounds):
+            ids = rng.choice(fleet, cohort, replace=False)
+            comp = rng.exponential(1.0, cohort)
+            jobs = [
+                env.process(job(SIZE / down[i], c, SIZE / up[i]))
+                for i, c in zip(ids, comp, strict=True)
+            ]
+            yield env.all_of(jobs)
+
+    env.process(server())
+    env.run()
+    return float(env.now)
+
+
+def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any:
+    """The simfl scenario on a network of ``kind``.
+
+    ``star`` (the server link shared), ``hier`` (edge links shared, the cloud unlimited),
+    ``nested`` (edge and cloud links both shared) or ``private`` (a star with an unlimited
+    server link: every device at its own link's speed, the bare loop's workload).
+    """
+    from simfl import Fleet, Scenario, algorithms, dists, policies
+    from simfl.network import Network
+
+    n = max(10 * cohort, 10_000)
+    down, up = fleet_links(n)
+    fleet = Fleet(
+        [dists.Exponential(mean=1.0)],
+        np.zeros(n, dtype=np.int64),
+        bandwidth_down=down,
+        bandwidth_up=up,
+    )
+    server_up, server_down = 2e4 * cohort, 2e5 * cohort
+    if kind == "private":
+        network = Network.star()
+    elif kind == "star":
+        network = Network.star(server_up=server_up, server_down=server_down)
+    else:
+        edge_up, edge_down = server_up / EDGES, server_down / EDGES
+        cloud = (2 * server_up, 2 * server_down) if kind == "nested" else (np.inf, np.inf)
+        network = Network.hierarchical(
+            np.arange(n) % EDGES,
+            edge_up=edge_up,
+            edge_down=edge_down,
+            server_up=cloud[0],
+            server_down=cloud[1],
+        )
+    return Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(bytes_down=SIZE, bytes_up=SIZE),
+        fleet=fleet,
+        policy=policies.WaitAll(count=cohort),
+        rounds=rounds,
+        network=network,
+        seed=seed,
+    )
+
+
+def simfl_rounds(
+    cohort: int, rounds: int, kind: str = "star", seed: int = 0, reference: bool = False
+) -> float:
+    """Host seconds per round of the simfl scenario (first to last aggregation)."""
+    from simfl import run
+
+    stamps: list[float] = []
+    res = run(
+        scenario(cohort, rounds, kind, seed),
+        progress=lambda _: stamps.append(time.perf_counter()),
+        reference_links=reference,
+    )
+    assert len(res.clients) == rounds * cohort and res.ok
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
+def bare_rounds(cohort: int, rounds: int, seed: int = 0) -> float:
+    """Host seconds per round of the bare loop."""
+    t = time.perf_counter()
+    bare_simpy(cohort, rounds, seed)
+    return (time.perf_counter() - t) / rounds
+
+
+def _row(
+    setting: str, simfl_s: list[float], bare_s: list[float], cohort: int, goal: float, note: str
+) -> dict[str, Any]:
+    ratio = statistics.median(b / s for s, b in zip(simfl_s, bare_s, strict=True))
+    return {
+        "target": "2 shared links",
+        "setting": setting,
+        "simfl": round(cohort / statistics.median(simfl_s)),
+        "baseline": round(cohort / statistics.median(bare_s)),
+        "unit": "device-jobs/s",
+        "ratio": round(ratio, 3),
+        "goal": f"simfl/bare >= {goal}",
+        "passed": ratio >= goal,
+        "note": note,
+    }
+
+
+def measure(
+    quick: bool = False,
+    repeats: int = 3,
+    sizes: list[tuple[int, int, float]] | None = None,
+    big: int | None = None,
+) -> list[dict[str, Any]]:
+    """The rows: star at 100 and 1,000 per round, hierarchy at 1,000, 10,000 in one round.
+
+    ``sizes`` (cohort, rounds, goal) and ``big`` (the one-round cohort) override the sizes.
+    """
+    if sizes is None:
+        sizes = [(20, 4, 0.5), (100, 3, 0.25)] if quick else [(100, 30, 0.5), (1000, 6, 0.25)]
+    rows = []
+    for cohort, rounds, goal in sizes:
+        kinds = ["star", "nested"] if cohort == sizes[-1][0] else ["star"]
+        for kind in kinds:
+            simfl_s, bare_s = [], []
+            for rep in range(repeats):
+                bare_s.append(bare_rounds(cohort, max(rounds, 10), rep))
+                simfl_s.append(simfl_rounds(cohort, rounds + 1, kind, rep))
+            ref = simfl_rounds(cohort, 2, kind, 0, reference=True)
+            speedup = ref / statistics.median(simfl_s)
+            where = (
+                "a star (server link shared)"
+                if kind == "star"
+                else f"a hierarchy ({EDGES} shared edge links under a shared cloud link)"
+            )
+            rows.append(
+                _row(
+                    f"{cohort:,} per round on {where}, unequal access links, {rounds} rounds",
+                    simfl_s,
+                    bare_s,
+                    cohort,
+                    goal,
+                    f"reference algorithm {ref * 1e3:.0f} ms/round: fast path {speedup:.1f}x",
+                )
+            )
+    if big is None:
+        big = 1000 if quick else 10_000
+    per_round = statistics.median(
+        simfl_rounds(big, 2, "star", rep) for rep in range(max(1, repeats - 1))
+    )
+    nested = simfl_rounds(big, 2, "nested", 0)
+    rows.append(
+        {
+            "target": "7 shared links, one big round",
+            "setting": f"{big:,} devices in one round on a star with unequal access links",
+            "simfl": round(per_round, 3),
+            "baseline": 1.0,
+            "unit": "s per round (host)",
+            "ratio": round(per_round, 3),
+            "goal": "< 1 s",
+            "passed": per_round < 1.0,
+            "note": f"on the two-level hierarchy (edge and cloud links shared): "
+            f"{nested:.3f} s per round",
+        }
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    args = parser(__doc__).parse_args()
+    report(measure(args.quick, args.repeats), args.out, "links_throughput")

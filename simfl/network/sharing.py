@@ -1,0 +1,325 @@
+"""One shared link played as processor sharing with per-flow caps, at O(log n) per flow event.
+
+The pure computation behind the fast shared links of :mod:`simfl.engine.links` (no SimPy).
+A :class:`SharedLink` of capacity ``C`` carries flows ``i`` that are each also limited by a
+cap ``c_i`` of their own (the smallest capacity of the rest of their path). Their max-min fair
+rates are water-filling: the level ``L`` solves ``sum_i min(c_i, L) = C``; flows with
+``c_i < L`` (*capped*) get ``c_i``, the others (*level* flows) get ``L``. This is exactly what
+progressive filling (:func:`~simfl.network.flows.max_min_rates`) gives for such flows.
+
+Between flow events every rate is constant, so the state is kept without touching every flow:
+
+* all level flows move at the same rate ``L``, so the link keeps a *virtual clock* ``V`` (bytes
+  served to each level flow so far); a level flow stores ``key = V + remaining`` once and
+  finishes when ``V`` reaches it. A heap orders them by ``key``, another by cap (the next to
+  become capped when ``L`` rises);
+* a capped flow stores its remaining bytes ``rem0`` at the time ``t0`` it was last touched and
+  finishes at ``t0 + rem0 / c``; a heap orders them by that time, another by cap (largest
+  first: the next to rejoin the level if ``L`` falls).
+
+Two levels nest (an edge server's link under the cloud's, :meth:`SharedLink.attach`): a flow
+then gets ``min(c_i, L_e, L)``, its edge's own level ``L_e`` and the cloud's level ``L``; the
+cloud solves for ``L`` with each child either *saturated* (taking exactly its capacity) or
+taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
+(:meth:`SharedLink._rebalance_tree`, ``O(children)`` per step).
+
+A flow event moves the level once and moves only the flows whose class changes (each at most
+twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Heap entries are
+invalidated lazily (a version number per flow). The sum of the capped flows' caps is kept
+incrementally and recomputed exactly (``math.fsum``) every so many changes, so it does not
+drift.
+
+>>> link = SharedLink(10.0)
+>>> a, b = Member(100.0, cap=2.0), Member(100.0, cap=float("inf"))
+>>> link.add(a, 100.0, 0.0); link.add(b, 100.0, 0.0)
+>>> link.rate(a), link.rate(b)
+(2.0, 8.0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from itertools import count
+
+__all__ = ["Member", "SharedLink"]
+
+_TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
+_seq = count()
+
+
+class Member:
+    """A flow's place on a :class:`SharedLink` (its bookkeeping; subclassed by flows)."""
+
+    __slots__ = ("cap", "capped", "key", "link", "rem0", "seq", "size", "t0", "ver")
+
+    def __init__(self, size: float, cap: float = math.inf) -> None:
+        self.size = float(size)
+        #: its own limit (bytes/s) besides the shared link
+        self.cap = float(cap)
+        self.link: SharedLink | None = None
+        self.capped = False
+        self.key = 0.0  # level flows: the virtual clock at which it finishes
+        self.t0 = 0.0  # capped flows: when ``rem0`` was measured
+        self.rem0 = 0.0
+        self.ver = 0  # bumped on every change: older heap entries are stale
+        self.seq = 0  # admission order (ties are finished in this order)
+
+    def done_by(self, remaining: float) -> bool:
+        """Whether ``remaining`` bytes left count as none (relative tolerance ``1e-9``)."""
+        return remaining <= _TOL * max(self.size, 1.0)
+
+
+Entry = tuple[float, int, int, Member]
+
+
+class SharedLink:
+    """Flows sharing one link of capacity ``capacity`` (``inf``: each flow gets its cap)."""
+
+    def __init__(self, capacity: float) -> None:
+        self.capacity = float(capacity)
+        self.level = math.inf  # L, the level flows' rate
+        #: when the next member finishes if nothing changes (kept by every change)
+        self.next_at = math.inf
+        #: the link above this one on its flows' paths (an edge's cloud link), if contended
+        self.parent: SharedLink | None = None
+        self.children: list[SharedLink] = []
+        #: a child whose own level is below its parent's: it takes its whole capacity
+        self.saturated = False
+        self.clock = 0.0  # V, bytes served to each level flow
+        self.since = 0.0  # when V was last advanced
+        self.n_level = 0
+        self.capped: dict[Member, None] = {}
+        self.capped_sum = 0.0
+        self._changes = 0
+        self._by_key: list[Entry] = []  # level flows by finish key
+        self._by_low: list[Entry] = []  # level flows by cap, smallest first
+        self._by_end: list[Entry] = []  # capped flows by finish time
+        self._by_high: list[Entry] = []  # capped flows by cap, largest first (negated)
+
+    # ----------------------------------------------------------------- queries
+    def __len__(self) -> int:
+        return self.n_level + len(self.capped)
+
+    def rate(self, m: Member) -> float:
+        """The current rate of member ``m`` (bytes/s)."""
+        return m.cap if m.capped else self.level
+
+    def remaining(self, m: Member, now: float) -> float:
+        """Bytes ``m`` has left at ``now`` (not before the last event)."""
+        if m.capped:
+            return m.rem0 - m.cap * (now - m.t0)
+        return m.key - self._clock_at(now)
+
+    def next_finish(self) -> float:
+        """When the next member finishes if nothing changes (``inf``: none; computed)."""
+        t = math.inf
+        top = self._top(self._by_key)
+        if top is not None and self.level < math.inf:
+            t = self.since + (top.key - self.clock) / self.level
+        top = self._top(self._by_end)
+        if top is not None:
+            t = min(t, top.t0 + top.rem0 / top.cap)
+        return t
+
+    def finished(self, now: float) -> list[Member]:
+        """Members done at ``now`` (within tolerance); the link is advanced to ``now``."""
+        self._advance(now)
+        out: list[Member] = []
+        for heap in (self._by_key, self._by_end):
+            while (top := self._top(heap)) is not None and top.done_by(self.remaining(top, now)):
+                self._drop(top)
+                out.append(top)
+        return out
+
+    # ----------------------------------------------------------------- changes
+    def add(self, m: Member, remaining: float, now: float) -> None:
+        """Admit ``m`` with ``remaining`` bytes at ``now``, then rebalance the level."""
+        self._advance(now)
+        m.link = self
+        m.seq = next(_seq)
+        self._to_level(m, remaining)
+        self.settle(now)
+
+    def remove(self, m: Member, now: float) -> float:
+        """Take ``m`` out at ``now``; return its remaining bytes. Rebalances the level."""
+        self._advance(now)
+        left = self.remaining(m, now)
+        self._drop(m)
+        self.settle(now)
+        return left
+
+    def pop_first(self, now: float) -> Member:
+        """Take out the member that finishes first (rounding left it a hair short at ``now``)."""
+        self._advance(now)
+        level, capped = self._top(self._by_key), self._top(self._by_end)
+        if capped is None or (
+            level is not None
+            and self.since + (level.key - self.clock) / self.level
+            <= capped.t0 + capped.rem0 / capped.cap
+        ):
+            assert level is not None
+            self._drop(level)
+            return level
+        self._drop(capped)
+        return capped
+
+    def settle(self, now: float) -> None:
+        """Rebalance after a change (also after :meth:`finished` took members out).
+
+        A link with a parent is rebalanced by its parent, which solves both levels.
+        """
+        if self.parent is not None:
+            self.parent.settle(now)
+        elif self.children:
+            self._rebalance_tree(now)
+        else:
+            self._rebalance(now)
+
+    def attach(self, child: SharedLink) -> None:
+        """Make ``child`` a link below this one (two levels at most)."""
+        if child.parent is not self:
+            child.parent = self
+            self.children.append(child)
+
+    # ----------------------------------------------------------------- internals
+    def _clock_at(self, now: float) -> float:
+        if self.n_level == 0 or math.isinf(self.level):
+            return self.clock
+        return self.clock + self.level * (now - self.since)
+
+    def _advance(self, now: float) -> None:
+        self.clock = self._clock_at(now)
+        self.since = now
+
+    @staticmethod
+    def _top(heap: list[Entry]) -> Member | None:
+        while heap:
+            _, _, ver, m = heap[0]
+            if m.ver == ver and m.link is not None:
+                return m
+            heapq.heappop(heap)
+        return None
+
+    def _to_level(self, m: Member, remaining: float) -> None:
+        m.ver += 1
+        m.capped = False
+        m.key = self.clock + remaining
+        self.n_level += 1
+        heapq.heappush(self._by_key, (m.key, m.seq, m.ver, m))
+        heapq.heappush(self._by_low, (m.cap, m.seq, m.ver, m))
+
+    def _to_capped(self, m: Member, remaining: float, now: float) -> None:
+        m.ver += 1
+        m.capped = True
+        m.t0, m.rem0 = now, remaining
+        self.capped[m] = None
+        self._add_cap(m.cap)
+        heapq.heappush(self._by_end, (now + remaining / m.cap, m.seq, m.ver, m))
+        heapq.heappush(self._by_high, (-m.cap, m.seq, m.ver, m))
+
+    def _drop(self, m: Member) -> None:
+        """Take ``m`` out of its class (no rebalance)."""
+        m.ver += 1
+        if m.capped:
+            del self.capped[m]
+            self._add_cap(-m.cap)
+        else:
+            self.n_level -= 1
+        m.link = None
+        if self.n_level == 0:
+            self.clock = 0.0
+            self._by_key.clear()
+            self._by_low.clear()
+
+    def _add_cap(self, c: float) -> None:
+        self._changes += 1
+        if not self.capped:
+            self.capped_sum, self._changes = 0.0, 0
+            self._by_end.clear()
+            self._by_high.clear()
+        elif self._changes > len(self.capped) + 16:
+            self.capped_sum, self._changes = math.fsum(m.cap for m in self.capped), 0
+        else:
+            self.capped_sum += c
+
+    def _own_level(self) -> float:
+        """The level by this link's own capacity alone (``inf``: no level members)."""
+        return (self.capacity - self.capped_sum) / self.n_level if self.n_level else math.inf
+
+    def _rebalance_tree(self, now: float) -> None:
+        """Water-filling over both levels, one move at a time (each raises the level).
+
+        The items are this link's own members, each child's members and each child's
+        *saturation*: a saturated child (its own level below this link's level ``L``) takes
+        exactly its capacity; an unsaturated one takes ``sum min(c_i, L)`` of its members.
+        ``L`` solves "all items take this link's capacity" for the current classes; an item
+        whose class disagrees with ``L`` (or, inside a saturated child, with the child's own
+        level) is moved, and ``L`` solved again. Every such move raises ``L`` (or leaves it
+        alone, inside a saturated child), so each item changes class at most twice.
+        """
+        self._advance(now)
+        children = self.children
+        for child in children:
+            child._advance(now)
+        level = math.inf
+        for _ in range(64 + 4 * (len(self) + sum(len(c) for c in children))):
+            fixed, slope = self.capped_sum, self.n_level
+            for child in children:
+                if child.saturated:
+                    fixed += child.capacity
+                else:
+                    fixed += child.capped_sum
+                    slope += child.n_level
+            if slope:
+                level = (self.capacity - fixed) / slope
+            else:
+                level = math.inf if fixed <= self.capacity else -math.inf
+            if self._move_one(now, level) or any(c._settle_below(now, level) for c in children):
+                continue
+            break
+        self.level = level
+        for child in children:
+            child.level = child._own_level() if child.saturated else level
+            child.next_at = child.next_finish()
+        self.next_at = self.next_finish()
+
+    def _settle_below(self, now: float, level: float) -> bool:
+        """One move of this child toward agreeing with its parent's ``level``; whether moved."""
+        own = self._own_level()
+        if self.saturated != (own < level):  # (un)saturates: takes its capacity, or less
+            self.saturated = not self.saturated
+            return True
+        return self._move_one(now, own if self.saturated else level)
+
+    def _move_one(self, now: float, level: float) -> bool:
+        """Move one member whose class disagrees with ``level``; whether one was moved."""
+        low = self._top(self._by_low)
+        if low is not None and low.cap < level:  # below the level: capped by its own link
+            left = low.key - self.clock
+            self._drop_level(low)
+            self._to_capped(low, left, now)
+            return True
+        high = self._top(self._by_high)
+        if high is not None and high.cap > level:  # above the level: rejoins it
+            left = high.rem0 - high.cap * (now - high.t0)
+            self._drop(high)
+            high.link = self
+            self._to_level(high, left)
+            return True
+        return False
+
+    def _rebalance(self, now: float) -> None:
+        """Water-filling from the current classes: each member changes class at most twice."""
+        self._advance(now)
+        for _ in range(64 + 4 * len(self)):
+            n = self.n_level
+            level = (self.capacity - self.capped_sum) / n if n else math.inf
+            self.level = level
+            if not self._move_one(now, level):
+                break
+        self.next_at = self.next_finish()
+
+    def _drop_level(self, m: Member) -> None:
+        m.ver += 1
+        self.n_level -= 1

@@ -1,0 +1,50 @@
+"""The shared-links benchmark runs at a tiny size, and its baseline is the same workload.
+
+No time is asserted (the machines are shared and noisy); the script prints the ratios.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PERF = Path(__file__).resolve().parents[1] / "analysis" / "perf"
+sys.path.insert(0, str(PERF))
+
+import links_throughput  # noqa: E402
+from _perf import report  # noqa: E402
+
+from simfl import run  # noqa: E402
+
+
+def test_bare_loop_simulates_the_unshared_workload_of_the_scenario():
+    # with an unlimited server link every device moves at its own link's speed, as in the
+    # bare loop: the mean round (the slowest of 10 jobs) agrees (sd of the difference ~3%)
+    rounds = 300
+    bare = links_throughput.bare_simpy(10, rounds, seed=1) / rounds
+    res = run(links_throughput.scenario(10, rounds, "private", seed=1), progress=False)
+    assert res.rounds["duration"].mean() == pytest.approx(bare, rel=0.1)
+
+
+def test_sharing_the_server_link_makes_rounds_longer():
+    private = run(links_throughput.scenario(20, 3, "private"), progress=False)
+    shared = run(links_throughput.scenario(20, 3, "star"), progress=False)
+    assert (shared.clients["upload"] >= private.clients["upload"] * (1 - 1e-12)).all()
+    assert shared.rounds["duration"].sum() > private.rounds["duration"].sum()
+
+
+def test_measure_writes_rows_with_numeric_ratios(tmp_path):
+    rows = links_throughput.measure(repeats=1, sizes=[(5, 2, 0.5), (10, 2, 0.25)], big=30)
+    assert [r["target"] for r in rows] == ["2 shared links"] * 3 + ["7 shared links, one big round"]
+    for r in rows:
+        assert r["simfl"] > 0 and r["baseline"] > 0
+        assert math.isfinite(r["ratio"]) and r["ratio"] > 0
+        assert isinstance(r["passed"], bool)
+    assert "hierarchy" in rows[2]["setting"] and "reference algorithm" in rows[0]["note"]
+    report(rows, str(tmp_path), "links_throughput")
+    doc = json.loads((tmp_path / "links_throughput.json").read_text())
+    assert np.isclose(doc["rows"][0]["ratio"], rows[0]["ratio"])
+    assert (tmp_path / "links_throughput.csv").read_text().count("\n") == len(rows) + 1
