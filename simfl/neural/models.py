@@ -375,8 +375,10 @@ class CNN(ModelSpec):
 
     @classmethod
     def lenet5_classic(cls) -> CNN:
-        """The classic LeNet-5 of 28x28 images (the peers' W2 model): ``conv1`` padded by 2,
-        6 and 16 channels, 120 and 84 units (61,706 parameters for 10 classes).
+        """The classic LeNet-5 of 28x28 images (the peers' W2 model).
+
+        ``conv1`` padded by 2, 6 and 16 channels, 120 and 84 units (61,706 parameters for
+        10 classes).
         """
         return cls((6, 16), (120, 84), padding=(2, 0))
 

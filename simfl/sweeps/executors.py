@@ -325,8 +325,9 @@ _BOARD: Any = None
 
 
 def _start_worker(parent: int, board: Any, threads: int) -> None:
-    """Initializer of a :class:`Processes` worker: limit its threads, keep the progress board,
-    follow ``parent``.
+    """Initializer of a :class:`Processes` worker.
+
+    Limits its threads, keeps the progress board and follows ``parent``.
     """
     global _BOARD
     limit_threads(threads)
