@@ -7,8 +7,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import simfl  # noqa: E402
-from simfl import Fleet, Scenario, dists, policies  # noqa: E402
-from simfl import neural  # noqa: E402
+from simfl import (  # noqa: E402
+    Fleet,
+    Scenario,
+    dists,
+    neural,
+    policies,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
