@@ -26,6 +26,8 @@ arrays from identical weights:
 - Threads: one torch/BLAS thread (the peers' setting) unless ``--threads`` says otherwise.
 - ``host_wall_s`` times the ``simfl.run`` call only: every round plus the evaluations at
   round 0, every ``--eval-every`` rounds and after the last (what the peers time).
+  ``host_cpu_s_per_round`` is the process's CPU time over the same call per round: with one
+  thread, what the wall time would be on an otherwise idle core (the machine is shared).
 
 ``--sim-seed S`` reseeds simfl's own streams (client sampling, latencies, batch order) while
 the data and initial weights stay those of ``--seed``: the spread of accuracy over ``S`` is
@@ -208,6 +210,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     sc = scenario(a)
     sc.task.dataset.load()  # reading the files is set-up, as for the peers
     setup_s = time.perf_counter() - T0
+    cpu = time.process_time()
     t = time.perf_counter()
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -219,6 +222,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     else:
         res = simfl.run(sc, progress=False, on_error="raise")
     wall = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     acc = float(res.rounds["accuracy"].iloc[-1])
     print(
         f"simfl W2: {len(res.rounds)} rounds in {wall:.3f} s, final accuracy {acc:.4f}, "
@@ -236,6 +240,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "final_test_acc": round(acc, 4),
         "virtual_clock_end": round(float(res.meta["sim_time"]), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "host_cpu_s_per_round": round(cpu / a.rounds, 5),
         "device": a.device,
         "torch_threads": torch.get_num_threads(),
     }
