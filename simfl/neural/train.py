@@ -20,6 +20,9 @@ generator and cuts it into batches of ``batch_size`` (the last one smaller), lik
 whole phase, so their output is computed once per phase and reused by every epoch (FedRep's head
 epochs then cost almost nothing); the device's simulated work still counts the forward pass
 through them each epoch (:meth:`Net.train_macs`).
+
+Everything runs on the device of the pooled images ``x`` (the task's ``device``): parameters
+are moved there on entry (no copy on the CPU) and the results stay there.
 """
 
 from __future__ import annotations
