@@ -51,3 +51,26 @@ def test_cuda_without_a_cuda_device_is_refused_before_anything_runs(device):
 def test_other_devices_are_refused_naming_the_field(device):
     with pytest.raises(ValueError, match=r"ImageClassification.device must be 'cpu' or 'cuda"):
         neural.ImageClassification(device=device)
+
+
+def test_the_new_fields_at_their_defaults_keep_the_run_ids_of_stores():
+    """``device`` and ``CNN.padding`` are left out of the scenario fingerprint at their
+    defaults: the value below is the fingerprint before they existed."""
+    from simfl.sweeps.worker import scenario_fingerprint
+
+    def make(**kw):
+        return Scenario(
+            task=neural.ImageClassification(
+                neural.MNIST(), neural.Shards(2), neural.CNN((6, 16), (120, 100), **kw)
+            ),
+            algorithm=neural.NeuralFedAvg(epochs=1),
+            fleet=Fleet.homogeneous(8, compute=dists.Exponential(mean=1.0)),
+            policy=policies.WaitAll(count=3),
+            rounds=2,
+            seed=4,
+        )
+
+    before = "8f1c91009d2007e1b18b9b73fe8312eac81166904ff97e9c9debcee0ea71168e"
+    assert scenario_fingerprint(make()) == before
+    assert scenario_fingerprint(make(padding=(0, 0))) == before
+    assert scenario_fingerprint(make(padding=(2, 0))) != before

@@ -31,7 +31,10 @@ workers running neural scenarios side by side do not each start a thread per cor
 each other down (:func:`limit_threads`). The environment variables are set before a worker
 imports those libraries, and torch (and numpy's BLAS, through ``threadpoolctl`` where
 installed) are limited at once where already loaded. :class:`Inline` leaves the threads of
-the calling process alone.
+the calling process alone. A run is bit-reproducible for a given thread count; oneDNN's
+convolutions (the CNNs of :mod:`simfl.neural`) round differently with another count (about
+1e-8 after a few LeNet-5 steps, 1 thread against 2), so pass ``threads=`` to get the same
+bits whatever the number of workers.
 
 Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
 """
