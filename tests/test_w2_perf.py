@@ -72,3 +72,38 @@ def test_w2_uses_the_peers_split_and_initial_model():
     with torch.no_grad():
         ours = data.network.forward(state.shared, x[None])[0]
         torch.testing.assert_close(ours, model(x), rtol=1e-5, atol=1e-6)
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize(
+    ("simfl_s", "acc", "passed"),
+    [(0.30, 0.63, True), (0.40, 0.63, False), (0.30, 0.70, False)],
+)
+def test_w2_row_against_the_fastest_recorded_peer(tmp_path, monkeypatch, simfl_s, acc, passed):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import neural_suite
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    (tmp_path / "results").mkdir()
+    peers = [
+        {"peer": "flgo", "host_wall_s_per_round": 0.8, "final_test_acc": 0.6545},
+        {"peer": "pfl", "host_wall_s_per_round": 0.76, "final_test_acc": 0.6524},
+        {"peer": "pfl", "host_wall_s_per_round": 0.72, "final_test_acc": 0.6524},
+        {"peer": "flower", "host_wall_s_per_round": 1.1, "final_test_acc": 0.5954},
+        {"peer": "simfl", "host_wall_s_per_round": 9.0, "final_test_acc": 0.1},  # ignored
+    ]
+    write_rows(tmp_path / "results" / "w2_runs.jsonl", peers)
+    ours = [{"peer": "simfl", "host_wall_s_per_round": simfl_s, "final_test_acc": acc}]
+    write_rows(tmp_path / "ours.jsonl", ours)
+    monkeypatch.setattr(neural_suite, "PEERS", tmp_path)
+    monkeypatch.setattr(neural_suite, "RUNS", tmp_path / "ours.jsonl")
+    monkeypatch.setattr(neural_suite, "SEEDS", tmp_path / "none.jsonl")
+    (row,) = neural_suite.w2_rows()
+    assert row["baseline"] == pytest.approx(0.74)  # pfl's median, the fastest peer
+    assert row["ratio"] == pytest.approx(round(0.74 / simfl_s, 2))
+    assert row["passed"] is passed
+    assert "pfl" in row["note"] and "not re-measured" in row["note"]
