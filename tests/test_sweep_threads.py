@@ -73,3 +73,12 @@ def test_limit_threads_sets_torch_and_the_environment(monkeypatch):
 def test_bad_thread_counts_are_refused(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_the_cli_parses_threads_and_keeps_it_in_the_resume_command():
+    from simfl import cli
+
+    args = cli.parser().parse_args(["sweep", "s.py", "--workers", "2", "--threads", "1"])
+    assert args.threads == 1
+    line = cli._resume_command(args, "runs/x")
+    assert "--workers 2" in line and "--threads 1" in line
