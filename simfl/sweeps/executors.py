@@ -34,7 +34,10 @@ installed) are limited at once where already loaded. :class:`Inline` leaves the 
 the calling process alone. A run is bit-reproducible for a given thread count; oneDNN's
 convolutions (the CNNs of :mod:`simfl.neural`) round differently with another count (about
 1e-8 after a few LeNet-5 steps, 1 thread against 2), so pass ``threads=`` to get the same
-bits whatever the number of workers.
+bits whatever the number of workers. Known problem (not fixed here): :class:`Processes`
+forks its workers, and a worker given more than one thread hangs in its first parallel torch
+operation if the sweep's process had already run torch with several OpenMP threads (GNU
+OpenMP is not fork-safe); ``threads=1`` avoids it.
 
 Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
 """
