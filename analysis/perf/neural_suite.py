@@ -231,12 +231,10 @@ def measure(quick: bool, repeats: int, run: bool = False) -> list[dict[str, Any]
     """Every neural row (``run``: measure W2 now first)."""
     if run:
         run_w2(max(1, min(repeats, 3)), range(5))
-    return (
-        w2_rows()
-        + batching_rows(quick, max(1, min(repeats, 3)))
-        + threads_rows(quick)
-        + gpu_rows(quick)
-    )
+    # the sweeps first: their workers are forked, and a worker with several threads hangs if
+    # this process has already run torch on several OpenMP threads (see simfl.sweeps.executors)
+    threads = threads_rows(quick)
+    return w2_rows() + batching_rows(quick, max(1, min(repeats, 3))) + threads + gpu_rows(quick)
 
 
 def main() -> None:
