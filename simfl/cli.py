@@ -6,7 +6,8 @@
     of them) or ``CASES``; a file with several scenarios needs ``--pick`` (a name of
     ``SCENARIOS``, or a case's labels such as ``policy=srpfl,seed=2``), and the error lists them.
 ``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
-``[--scheduler tcp://host:8786] [--workers N] [--retry-failed] [--target "distance<1e-3"]``
+``[--scheduler tcp://host:8786] [--workers N] [--threads N] [--retry-failed]``
+``[--target "distance<1e-3"]``
     Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
     ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed
     (at most ``MAX_SEEDS``; default 0-4). Cases with a seed axis (``sweeps.grid(B,
@@ -396,7 +397,7 @@ def _resume_command(args: argparse.Namespace, store: str | Path) -> str:
     words = ["simfl", "sweep", str(args.scenario)]
     words += ["--seeds", args.seeds] if args.seeds is not None else []
     words += ["--store", str(store)]
-    for flag in ("executor", "scheduler", "workers"):
+    for flag in ("executor", "scheduler", "workers", "threads"):
         if getattr(args, flag) is not None:
             words += [f"--{flag}", str(getattr(args, flag))]
     words += ["--retry-failed"] if args.retry_failed else []
@@ -467,6 +468,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 scheduler=args.scheduler,
                 retry_failed=args.retry_failed,
                 progress=not args.quiet,
+                threads=args.threads,
             )
     except KeyboardInterrupt as exc:
         return _stopped(exc, bool(signals), args, store)
@@ -601,6 +603,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p_sweep.add_argument(
         "--workers", type=int, default=None, help="local processes or local Dask workers"
+    )
+    p_sweep.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="compute threads (torch, OpenMP, BLAS) of each worker (default: its share of "
+        "the cores)",
     )
     p_sweep.add_argument(
         "--retry-failed", action="store_true", help="run again the runs stored as failed"

@@ -104,6 +104,39 @@ def test_shared_and_stacked_layers_agree():
     torch.testing.assert_close(net.forward(p, x), net.forward(mixed, x))
 
 
+def test_lenet5_classic_is_the_peers_lenet():
+    """61,706 parameters, and the forward pass of torch.nn's LeNet-5 with conv1 padded by 2."""
+    net = CNN.lenet5_classic().build((1, 28, 28), 10)
+    assert net.n_params() == 61706
+    assert net.macs["conv1"] == 6 * 25 * 28 * 28 and net.macs["fc1"] == 400 * 120
+    p = net.init(torch.Generator().manual_seed(3))
+    ref = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
+    )  # fmt: skip
+    mods = [m for m in ref if isinstance(m, (nn.Conv2d, nn.Linear))]
+    for layer, m in zip(net.layers, mods, strict=True):
+        w = p[f"{layer.name}.weight"]
+        m.weight.data = w.T.clone() if layer.kind == "linear" else w.clone()
+        m.bias.data = p[f"{layer.name}.bias"].clone()
+    x = torch.randn(2, 5, 1, 28, 28, generator=torch.Generator().manual_seed(4))
+    stacked = {n: v.expand(2, *v.shape) for n, v in p.items()}
+    with torch.no_grad():
+        want = ref(x.reshape(10, 1, 28, 28)).reshape(2, 5, 10)
+        torch.testing.assert_close(net.forward(p, x), want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(net.forward(stacked, x), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("padding", "match"),
+    [((-1, 0), r"CNN.padding\[i\]"), ((2,), r"CNN.padding must be a pair"), ([2, 0], "pair")],
+)
+def test_cnn_padding_is_checked(padding, match):
+    with pytest.raises(ValueError, match=match):
+        CNN(padding=padding)
+
+
 # ------------------------------------------------------------------ the reference
 def torch_module(net, params):
     """The same network as torch.nn modules, with the same parameters."""
@@ -115,7 +148,7 @@ def torch_module(net, params):
             m = nn.Linear(layer.fan_in, layer.out)
             m.weight.data = w.T.clone()
         else:
-            m = nn.Conv2d(layer.fan_in, layer.out, layer.kernel)
+            m = nn.Conv2d(layer.fan_in, layer.out, layer.kernel, padding=layer.padding)
             m.weight.data = w.clone()
         m.bias.data = b.clone()
         mods.append(m)
@@ -188,6 +221,20 @@ CASES = {
     "cnn-interleaved": (
         ImageClassification(MNIST(limit=1200), LogNormalSizes(1.0), CNN((3, 4), (12, 8))),
         lambda net: (Phase(net.head, 1), Phase(net.body, 1)) * 2,
+        SGD(lr=0.05, batch_size=10),
+        None,
+    ),
+    # W2's network and optimiser (conv1 padded, plain SGD); its convolutions run client by
+    # client, so the same tolerance holds as for the batched matrix products
+    "lenet5-classic-fedavg": (
+        ImageClassification(MNIST(limit=1200), LogNormalSizes(1.0), CNN.lenet5_classic()),
+        lambda net: (Phase(net.layer_names, 2),),
+        SGD(lr=0.05, momentum=0.0, weight_decay=0.0, batch_size=10),
+        None,
+    ),
+    "lenet5-classic-fedrep": (
+        ImageClassification(MNIST(limit=1200), LogNormalSizes(1.0), CNN.lenet5_classic()),
+        lambda net: (Phase(net.head, 2), Phase(net.body, 1)),
         SGD(lr=0.05, batch_size=10),
         None,
     ),

@@ -15,7 +15,8 @@
   :class:`FedAvgFT`, :class:`FedProx`, :class:`NeuralLocalOnly`, :class:`FedPer`,
   :class:`NeuralFedRep`, :class:`LGFedAvg` (named apart from the linear
   ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any of them in
-  ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`).
+  ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`),
+  on the CPU or, with ``ImageClassification(device="cuda")``, a GPU.
 * The seed papers' baselines (:mod:`~simfl.neural.baselines`): :class:`SCAFFOLD`,
   :class:`SCAFFOLDFT`, :class:`Ditto`, :class:`APFL`, :class:`PerFedAvg`, :class:`HFMAML`,
   :class:`PFedMe`, :class:`L2GD`, :class:`NeuralFedNova` (FLANP is

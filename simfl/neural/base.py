@@ -220,7 +220,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         trained = net.params_of({layer for p in phases for layer in p.layers})
         return Updates(
             clients.astype(np.int64),
-            {n: params[n].numpy() for n in trained},
+            {n: params[n].cpu().numpy() for n in trained},
             loss=np.nan_to_num(loss, nan=0.0),  # a client without data trains nothing
             weight=state.sizes[clients],
         )

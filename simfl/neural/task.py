@@ -29,9 +29,31 @@ from simfl.neural.partition import Partition, Shards
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
-__all__ = ["ClientImages", "ImageClassification", "pad"]
+__all__ = ["ClientImages", "ImageClassification", "check_device", "pad"]
 
 IntArray = NDArray[np.int64]
+
+
+def check_device(field: str, device: object) -> str:
+    """``device`` if it names the CPU or a CUDA device present here, else ``ValueError``."""
+    if not isinstance(device, str):
+        raise ValueError(f"{field} must be 'cpu' or 'cuda[:N]', got {device!r}")
+    try:
+        where = torch.device(device)
+    except RuntimeError:
+        where = None
+    if where is None or where.type not in ("cpu", "cuda"):
+        raise ValueError(f"{field} must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if where.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"{field}={device!r}: no CUDA device on this machine (torch "
+                f"{torch.__version__}, CUDA available: False); use device='cpu'"
+            )
+        if where.index is not None and where.index >= count:
+            raise ValueError(f"{field}={device!r}: this machine has CUDA devices 0..{count - 1}")
+    return device
 
 
 def pad(parts: list[IntArray], clients: IntArray) -> IntArray:
@@ -61,12 +83,18 @@ class ImageClassification(Task):
         The network (default: FedRep's MLP, 784-512-256-64-C for 28x28 images).
     eval_clients
         Evaluate this many clients (a fixed, uniformly drawn subset; ``None``: all of them).
+    device
+        Where the cohort's training and the evaluation run: ``"cpu"`` (default) or a CUDA
+        device (``"cuda"``, ``"cuda:1"``), which must exist on the machine that builds the
+        scenario. The server state stays on the CPU (float32 either way); results agree with
+        the CPU's to floating-point rounding, not bit for bit.
     """
 
     dataset: DataSource = _DIGITS
     partition: Partition = _SHARDS
     model: ModelSpec = _FEDREP_MLP
     eval_clients: int | None = None
+    device: str = "cpu"
 
     metrics: ClassVar[tuple[str, ...]] = ("accuracy", "loss")
     goals: ClassVar[dict[str, str]] = {"accuracy": "max", "loss": "min"}
@@ -88,6 +116,7 @@ class ImageClassification(Task):
             )
         if self.eval_clients is not None:
             check_int("ImageClassification.eval_clients", self.eval_clients, low=1)
+        check_device("ImageClassification.device", self.device)
 
     def build(self, n_clients: int, streams: Streams) -> ClientImages:
         """Load, split and bind the data to ``n_clients`` clients."""
@@ -100,7 +129,8 @@ class ClientImages:
     Attributes
     ----------
     x_train, y_train, x_test, y_test
-        The pooled images (torch tensors sharing memory with the cached numpy arrays).
+        The pooled images (torch tensors on the task's ``device``; on the CPU they share
+        memory with the cached numpy arrays).
     train_parts, test_parts
         Each client's indices into the pools.
     network
@@ -127,10 +157,11 @@ class ClientImages:
             self.train_parts, data.y_train, data.y_test, data.n_classes, rng, data.groups
         )
         self.network: Net = spec.model.build(data.input_shape, data.n_classes)
-        self.x_train = torch.from_numpy(data.x_train)
-        self.y_train = torch.from_numpy(data.y_train)
-        self.x_test = torch.from_numpy(data.x_test)
-        self.y_test = torch.from_numpy(data.y_test)
+        self.device = torch.device(spec.device)
+        self.x_train = torch.from_numpy(data.x_train).to(self.device)
+        self.y_train = torch.from_numpy(data.y_train).to(self.device)
+        self.x_test = torch.from_numpy(data.x_test).to(self.device)
+        self.y_test = torch.from_numpy(data.y_test).to(self.device)
         n_eval = n_clients if spec.eval_clients is None else min(spec.eval_clients, n_clients)
         if n_eval == n_clients:
             self.eval_clients: IntArray = np.arange(n_clients, dtype=np.int64)

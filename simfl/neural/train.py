@@ -20,6 +20,9 @@ generator and cuts it into batches of ``batch_size`` (the last one smaller), lik
 whole phase, so their output is computed once per phase and reused by every epoch (FedRep's head
 epochs then cost almost nothing); the device's simulated work still counts the forward pass
 through them each epoch (:meth:`Net.train_macs`).
+
+Everything runs on the device of the pooled images ``x`` (the task's ``device``): parameters
+are moved there on entry (no copy on the CPU) and the results stay there.
 """
 
 from __future__ import annotations
@@ -159,13 +162,18 @@ def train_cohort(
     Returns
     -------
     params, loss
-        The parameters after training (trained ones stacked, others as given) and each
-        client's mean minibatch loss over the whole update (NaN for a client without data).
+        The parameters after training (trained ones stacked, others as given), on the device
+        of ``x`` (the computation runs there), and each client's mean minibatch loss over the
+        whole update (NaN for a client without data).
     """
     c = index.shape[0]
     counts = (index >= 0).sum(axis=1)
-    cohort = _Cohort(net, x, y, torch.from_numpy(index), sgd, prox, np.zeros(c), np.zeros(c))
-    params = dict(params)
+    dev = x.device
+    if prox is not None:
+        prox = (prox[0], _on(prox[1], dev))
+    idx = torch.from_numpy(index).to(dev)
+    cohort = _Cohort(net, x, y, idx, sgd, prox, np.zeros(c), np.zeros(c))
+    params = _on(params, dev)
     owned: set[str] = set()  # parameters copied into this call's own stacked tensors
     for phase in phases:
         names = net.params_of(phase.layers)
@@ -185,10 +193,15 @@ def train_cohort(
                     if not going.any():
                         break
                     pos = np.where(going[:, None], pos, -1)
-                cohort.step(params, names, torch.from_numpy(pos), feats, first)
+                cohort.step(params, names, torch.from_numpy(pos).to(dev), feats, first)
     out = {n: p.detach() for n, p in params.items()}
     with np.errstate(invalid="ignore"):
         return out, cohort.loss_sum / cohort.steps_done
+
+
+def _on(params: Params, device: torch.device) -> Params:
+    """A copy of the dict with every tensor on ``device`` (no copy of one already there)."""
+    return {n: p.to(device) for n, p in params.items()}
 
 
 def _unfreeze(net: Net, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
@@ -230,8 +243,8 @@ class _Cohort:
         grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
         active = n_valid > 0
         _sgd_step(params, self.bufs, names, grads, active, self.sgd, self.prox)
-        act = active.numpy()
-        self.loss_sum[act] += loss.detach().numpy()[act]
+        act = active.cpu().numpy()
+        self.loss_sum[act] += loss.detach().cpu().numpy()[act]
         self.steps_done[act] += 1
 
     def loss(
@@ -243,7 +256,7 @@ class _Cohort:
         if feats is None:
             inp = _gather(self.x, ids)
         else:
-            inp = feats[torch.arange(ids.shape[0])[:, None], pos.clamp(min=0)]
+            inp = feats[torch.arange(ids.shape[0], device=ids.device)[:, None], pos.clamp(min=0)]
         logits = self.net.forward(params, inp, first, None)
         ce = nnf.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),
@@ -294,11 +307,14 @@ def evaluate_cohort(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Each client's number of correct predictions and summed cross-entropy on its samples.
 
-    ``params`` as for :func:`train_cohort`; ``index`` ``(C, T)`` padded with -1.
+    ``params`` as for :func:`train_cohort`; ``index`` ``(C, T)`` padded with -1. Runs on the
+    device of ``x``.
     """
-    idx = torch.from_numpy(index)
-    correct = torch.zeros(index.shape[0], dtype=torch.float64)
-    loss = torch.zeros(index.shape[0], dtype=torch.float64)
+    dev = x.device
+    params = _on(params, dev)
+    idx = torch.from_numpy(index).to(dev)
+    correct = torch.zeros(index.shape[0], dtype=torch.float64, device=dev)
+    loss = torch.zeros(index.shape[0], dtype=torch.float64, device=dev)
     with torch.no_grad():
         step = max(1, CHUNK // max(1, index.shape[0]))
         for i in range(0, index.shape[1], step):
@@ -312,4 +328,4 @@ def evaluate_cohort(
             hit = (logits.argmax(dim=-1) == labels) & valid
             correct += hit.sum(dim=1).to(torch.float64)
             loss += (ce * valid).to(torch.float64).sum(dim=1)
-    return correct.numpy(), loss.numpy()
+    return correct.cpu().numpy(), loss.cpu().numpy()

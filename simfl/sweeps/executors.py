@@ -25,6 +25,20 @@ gives ``report=None`` (no reports: the bar counts whole runs).
   dask-jobqueue) or a local cluster of ``workers`` single-threaded processes. Dask re-runs the
   task of a worker that died on another worker.
 
+Threads: each worker limits the compute threads of torch, OpenMP, MKL and OpenBLAS to its
+share of the machine's cores (``threads``; default ``max(1, cores // workers)``), so that
+workers running neural scenarios side by side do not each start a thread per core and slow
+each other down (:func:`limit_threads`). The environment variables are set before a worker
+imports those libraries, and torch (and numpy's BLAS, through ``threadpoolctl`` where
+installed) are limited at once where already loaded. :class:`Inline` leaves the threads of
+the calling process alone. A run is bit-reproducible for a given thread count; oneDNN's
+convolutions (the CNNs of :mod:`simfl.neural`) round differently with another count (about
+1e-8 after a few LeNet-5 steps, 1 thread against 2), so pass ``threads=`` to get the same
+bits whatever the number of workers. Known problem (not fixed here): :class:`Processes`
+forks its workers, and a worker given more than one thread hangs in its first parallel torch
+operation if the sweep's process had already run torch with several OpenMP threads (GNU
+OpenMP is not fork-safe); ``threads=1`` avoids it.
+
 Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
 """
 
@@ -33,6 +47,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import importlib.util
 import logging
 import math
 import os
@@ -59,6 +74,7 @@ __all__ = [
     "Inline",
     "Processes",
     "Report",
+    "limit_threads",
     "make_executor",
 ]
 
@@ -71,6 +87,33 @@ EXECUTORS = ("processes", "dask", "inline")
 PROGRESS_EVERY = 0.5
 #: What a reporting function is given: a callable taking the share of its item done, or None.
 Report: TypeAlias = Callable[[float], None] | None
+#: Environment variables that size the thread pools of OpenMP (torch), MKL and OpenBLAS.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def limit_threads(threads: int) -> None:
+    """Limit this process's compute threads to ``threads`` (a sweep worker's share).
+
+    Sets :data:`THREAD_VARS` (read by libraries imported from now on), calls
+    ``torch.set_num_threads`` if torch is loaded, and limits the BLAS libraries already
+    loaded through ``threadpoolctl`` if it is installed. Imports neither torch nor numpy.
+    """
+    for var in THREAD_VARS:
+        os.environ[var] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    if importlib.util.find_spec("threadpoolctl") is not None:
+        importlib.import_module("threadpoolctl").threadpool_limits(threads)
+
+
+def _share(workers: int) -> int:
+    """Each of ``workers`` processes' share of this machine's cores (at least 1)."""
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def _check_threads(owner: str, threads: int | None) -> int | None:
+    return None if threads is None else check_int(f"{owner}.threads", threads, low=1)
 
 
 class Executor(ABC):
@@ -185,14 +228,20 @@ class Processes(Executor):
     restarts
         How many times a run in flight when worker processes died is tried again before it is
         reported failed (>= 0).
+    threads
+        Compute threads of each worker (torch, OpenMP, MKL, OpenBLAS; >= 1; default: its share
+        of the cores, ``max(1, cores // workers)``); see :func:`limit_threads`.
     """
 
     name = "processes"
 
-    def __init__(self, workers: int | None = None, *, restarts: int = 2) -> None:
+    def __init__(
+        self, workers: int | None = None, *, restarts: int = 2, threads: int | None = None
+    ) -> None:
         n = (os.cpu_count() or 1) if workers is None else workers
         self.workers = check_int("Processes.workers", n, low=1)
         self.restarts = check_int("Processes.restarts", restarts, low=0)
+        self.threads = _check_threads("Processes", threads) or _share(self.workers)
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
@@ -235,7 +284,7 @@ class Processes(Executor):
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 initializer=_start_worker,
-                initargs=(os.getpid(), board),
+                initargs=(os.getpid(), board, self.threads),
             )
             running: dict[Future[R], int] = {}
             broken = False
@@ -281,9 +330,13 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _BOARD: Any = None
 
 
-def _start_worker(parent: int, board: Any) -> None:
-    """Initializer of a :class:`Processes` worker: keep the progress board, follow ``parent``."""
+def _start_worker(parent: int, board: Any, threads: int) -> None:
+    """Initializer of a :class:`Processes` worker.
+
+    Limits its threads, keeps the progress board and follows ``parent``.
+    """
     global _BOARD
+    limit_threads(threads)
     _BOARD = board
     _follow_parent(parent)
 
@@ -381,6 +434,11 @@ class Dask(Executor):
     client
         An existing ``distributed.Client`` (for example on a dask-jobqueue SLURM/PBS cluster);
         it is not closed by :meth:`close`.
+    threads
+        Compute threads of each run (:func:`limit_threads`, applied in the task; >= 1).
+        Default: for a local cluster each worker's share of the cores,
+        ``max(1, cores // workers)``; on a running scheduler or your client 1, as Dask's own
+        nannies set ``OMP_NUM_THREADS=1`` for their workers.
 
     Notes
     -----
@@ -392,7 +450,12 @@ class Dask(Executor):
     name = "dask"
 
     def __init__(
-        self, scheduler: str | None = None, *, workers: int | None = None, client: Any = None
+        self,
+        scheduler: str | None = None,
+        *,
+        workers: int | None = None,
+        client: Any = None,
+        threads: int | None = None,
     ) -> None:
         if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
             raise ValueError(
@@ -408,6 +471,9 @@ class Dask(Executor):
                 )
         self.scheduler = scheduler
         self.workers = workers
+        local = scheduler is None and client is None
+        default = _share(workers or os.cpu_count() or 1) if local else 1
+        self.threads = _check_threads("Dask", threads) or default
         self._client = client
         self._owned: list[Any] = []
         self._where = "your client" if client is not None else scheduler or "local cluster"
@@ -449,8 +515,9 @@ class Dask(Executor):
         as_completed = importlib.import_module("distributed").as_completed
         token = uuid.uuid4().hex[:8]
         names = keys if keys is not None else [str(i) for i in range(len(items))]
+        task = functools.partial(_limited, self.threads, fn)
         futures = {
-            client.submit(fn, item, key=f"simfl-{name}-{token}", pure=False): i
+            client.submit(task, item, key=f"simfl-{name}-{token}", pure=False): i
             for i, (name, item) in enumerate(zip(names, items, strict=True))
         }
         try:
@@ -475,15 +542,24 @@ class Dask(Executor):
         self._owned = []
 
 
+def _limited(threads: int, fn: Callable[[T], R], item: T) -> R:
+    """On a Dask worker: :func:`limit_threads` then ``fn(item)``."""
+    limit_threads(threads)
+    return fn(item)
+
+
 def make_executor(
     executor: str | Executor | None = None,
     *,
     workers: int | None = None,
     scheduler: str | None = None,
+    threads: int | None = None,
 ) -> Executor:
     """An executor from its name (``"processes"``, ``"dask"``, ``"inline"``) or as given.
 
     ``None`` means ``"dask"`` when a ``scheduler`` address is given, else ``"processes"``.
+    ``threads`` sets the compute threads of each worker (default: its share of the cores;
+    ignored by ``"inline"``, which runs in this process).
 
     Raises
     ------
@@ -491,8 +567,10 @@ def make_executor(
         If the name is unknown, or ``scheduler`` is given for an executor other than Dask.
     """
     if isinstance(executor, Executor):
-        if workers is not None or scheduler is not None:
-            raise ValueError("workers= and scheduler= configure a named executor, not an object")
+        if workers is not None or scheduler is not None or threads is not None:
+            raise ValueError(
+                "workers=, scheduler= and threads= configure a named executor, not an object"
+            )
         return executor
     if executor is None:
         executor = "dask" if scheduler is not None else "processes"
@@ -500,7 +578,7 @@ def make_executor(
     if scheduler is not None and executor != "dask":
         raise ValueError(f"scheduler= needs executor='dask', got executor={executor!r}")
     if executor == "dask":
-        return Dask(scheduler, workers=workers)
+        return Dask(scheduler, workers=workers, threads=threads)
     if executor == "inline" or workers == 1:
         return Inline()
-    return Processes(workers)
+    return Processes(workers, threads=threads)

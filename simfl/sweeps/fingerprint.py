@@ -51,11 +51,18 @@ _FORMER_NAMES = {
 
 
 # Dataclass fields added after fingerprints were first recorded, left out while they hold
-# ``None`` (their default), so that the objects that existed before keep their fingerprints.
-_ADDED_FIELDS = {
-    "simfl.fleet.Fleet": ("labels", "energy"),
-    "simfl.fleet.Profile": ("energy",),
+# their default (given here), so that the objects that existed before keep their fingerprints.
+_ADDED_FIELDS: dict[str, dict[str, Any]] = {
+    "simfl.fleet.Fleet": {"labels": None, "energy": None},
+    "simfl.fleet.Profile": {"energy": None},
+    "simfl.neural.task.ImageClassification": {"device": "cpu"},
+    "simfl.neural.models.CNN": {"padding": (0, 0)},
 }
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether an added field holds its default (same type and equal, or both ``None``)."""
+    return value is default or (type(value) is type(default) and value == default)
 
 
 def _qualified(module: str, qualname: str) -> str:
@@ -89,11 +96,12 @@ def _function(fn: types.FunctionType, seen: set[int]) -> Any:
 
 def _attributes(obj: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(obj):
-        added = _ADDED_FIELDS.get(_name(obj), ())
+        added = _ADDED_FIELDS.get(_name(obj), {})
         return {
             f.name: getattr(obj, f.name)
             for f in dataclasses.fields(obj)
-            if f.compare and not (f.name in added and getattr(obj, f.name) is None)
+            if f.compare
+            and not (f.name in added and _is_default(getattr(obj, f.name), added[f.name]))
         }
     out: dict[str, Any] = {}
     for cls in type(obj).__mro__:

@@ -159,6 +159,7 @@ def sweep(
     scheduler: str | None = None,
     retry_failed: bool = False,
     progress: bool = True,
+    threads: int | None = None,
 ) -> SweepOutcome:
     """Run every case into a results store, skipping the runs it already holds.
 
@@ -185,6 +186,9 @@ def sweep(
         Local processes, or the size of the local Dask cluster (default: the CPUs).
     scheduler
         Address of a running Dask scheduler (``tcp://host:8786``).
+    threads
+        Compute threads (torch, OpenMP, MKL, OpenBLAS) of each worker process (default: its
+        share of the cores; see :func:`~simfl.sweeps.executors.limit_threads`).
     retry_failed
         Run again the runs stored as ``failed`` (default: keep them and skip them).
     progress
@@ -211,7 +215,7 @@ def sweep(
     items = _cases(cases, seeds)
     if not isinstance(retry_failed, bool):
         raise ValueError(f"sweep retry_failed must be True or False, got {retry_failed!r}")
-    runner = make_executor(executor, workers=workers, scheduler=scheduler)
+    runner = make_executor(executor, workers=workers, scheduler=scheduler, threads=threads)
     disk = (
         store if isinstance(store, Store) else None if store is None else Store(store, create=True)
     )
