@@ -121,7 +121,7 @@ def performance_table(suite: Path = SUITE) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        met = "yes" if r.get("passed") else "**missed**"
+        met = "yes" if r.get("passed") else "skipped" if r.get("skipped") else "**missed**"
         lines.append(
             "| "
             + " | ".join(

@@ -99,6 +99,11 @@ def main() -> None:
         metavar="PYTHON",
         help="run the peers' harness now with their virtualenv's python (about 10 minutes)",
     )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other targets' rows of the existing suite.json (replace only --only's)",
+    )
     a = p.parse_args()
     only = set(a.only.split(","))
     rows: list[dict[str, Any]] = []
@@ -116,7 +121,12 @@ def main() -> None:
     for key, step in steps.items():
         if key in only:
             print(f"# target {key} ...", file=sys.stderr, flush=True)
-            rows += step()
+            rows += [{**r, "step": key} for r in step()]
+    if a.update:
+        old = json.loads((Path(a.out) / "suite.json").read_text())["rows"]
+        kept = [r for r in old if r.get("step") not in only]
+        order = list(steps)
+        rows = sorted(kept + rows, key=lambda r: order.index(r.get("step", "1")))
     report(rows, a.out, "suite")
     sys.exit(0 if all(r.get("passed") or r.get("skipped") for r in rows) else 1)
 
