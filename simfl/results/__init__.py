@@ -137,8 +137,9 @@ class Recorder:
 
     def add_round(self, row: dict[str, Any]) -> None:
         """Append one round row; metrics missing from ``row`` are NaN."""
-        for c in self._rounds:
-            self._rounds[c].append(row.get(c, math.nan))
+        get = row.get
+        for c, column in self._rounds.items():
+            column.append(get(c, math.nan))
 
     def last_round(self, column: str) -> Any:
         """A value of the last round row."""
