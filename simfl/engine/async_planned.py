@@ -271,7 +271,7 @@ class PlannedAsyncLoop:
         version = self.version_of[job]
         snap = self.snapshots[version]
         snap[1] -= 1
-        if snap[1] == 0 and version != self.version:
+        if snap[1] == 0 and version != self.run.round:
             del self.snapshots[version]
 
     # ----------------------------------------------------------------- the loop
