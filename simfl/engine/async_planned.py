@@ -23,7 +23,9 @@ What makes it fast:
   (the aggregation rows' byte counts are filled in then);
 * updates: an aggregation's updates are computed in one call,
   :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
-  reference computes them; batched where an algorithm's numbers do not depend on the batch).
+  reference computes them; batched where an algorithm's numbers do not depend on the batch);
+  an :attr:`~simfl.algorithms.Algorithm.inert` algorithm's (timing only) are neither computed
+  nor mixed: its aggregation would change neither the state nor the row.
 
 The simulated clock is moved to each handled instant directly (the loop is the run's only
 SimPy process and creates no events).
