@@ -1,6 +1,7 @@
 """Inert algorithms (``Algorithm.inert``): the event-free asynchronous loop skips their updates."""
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from numpy.typing import NDArray
 
 from simfl import Scenario, algorithms, dists, policies, run
 from simfl.algorithms.base import Updates
+from simfl.engine import async_planned
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 from tests.helpers import timing_scenario
@@ -77,3 +79,16 @@ def test_timing_only_keeps_the_inert_contract() -> None:
     np.testing.assert_array_equal(updates.clients, clients)
     assert alg.initial_state(None, Streams(0)) is None
     assert alg.with_shared(alg.keep_local(None, updates), alg.shared(None)) is None
+
+
+def test_chunk_sums_equal_numpy_sums_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(0, 13, size=300)
+    bounds = np.r_[0, np.cumsum(sizes)]
+    # magnitudes far apart: any other order of the additions rounds differently
+    values = rng.uniform(0, 1, bounds[-1]) * 10.0 ** rng.integers(-8, 17, bounds[-1])
+    marks = [(i, int(a), int(b)) for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+    got = async_planned._chunk_sums(values, marks)
+    want = [float(values[a:b].sum()) for _, a, b in marks]
+    assert got == want
+    assert got != [float(sum(values[a:b].tolist()[::-1])) for _, a, b in marks]
