@@ -174,6 +174,11 @@ class Algorithm(ABC, Generic[StateT]):
     #: Whether :meth:`work` and :meth:`payload` depend on the clients only, never on the state
     #: (asynchronous runs then plan jobs in blocks across model versions).
     fixed_jobs: ClassVar[bool] = False
+    #: Whether the algorithm computes nothing: its state never changes, its updates carry
+    #: their clients only (no params, loss or weight) and :meth:`background` returns the state
+    #: unchanged. Asynchronous runs then skip computing and mixing updates (the records are
+    #: the same: timing-only simulations).
+    inert: ClassVar[bool] = False
 
     @abstractmethod
     def check(self, task: Task | None) -> None:

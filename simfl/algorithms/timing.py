@@ -41,6 +41,7 @@ class TimingOnly(Algorithm[None]):
     name: ClassVar[str] = "timing-only"
     partial_work: ClassVar[bool] = True
     fixed_jobs: ClassVar[bool] = True
+    inert: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_real("TimingOnly.work_units", self.work_units, low=0.0, low_open=True)

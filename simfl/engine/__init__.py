@@ -17,6 +17,7 @@ returns :class:`~simfl.results.Results`.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import traceback
@@ -37,6 +38,7 @@ from simfl.scenario import Scenario
 __all__ = ["run", "simfl_version"]
 
 
+@functools.cache  # reading the package metadata costs milliseconds: once per process
 def simfl_version() -> str:
     """The installed simfl version (``"unknown"`` when running from a bare source tree)."""
     try:

@@ -23,7 +23,9 @@ What makes it fast:
   (the aggregation rows' byte counts are filled in then);
 * updates: an aggregation's updates are computed in one call,
   :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
-  reference computes them; batched where an algorithm's numbers do not depend on the batch).
+  reference computes them; batched where an algorithm's numbers do not depend on the batch);
+  an :attr:`~simfl.algorithms.Algorithm.inert` algorithm's (timing only) are neither computed
+  nor mixed: its aggregation would change neither the state nor the row.
 
 The simulated clock is moved to each handled instant directly (the loop is the run's only
 SimPy process and creates no events).
@@ -123,6 +125,10 @@ class PlannedAsyncLoop:
         self.busy = np.frombuffer(self._busy, dtype=np.bool_)
         self.job_index = [0] * n  # jobs started on each device so far (keys its draws)
         self.snapshots: dict[int, list[Any]] = {0: [run.state, 0]}  # version -> [state, refs]
+        self.refs = self.snapshots[0]  # the current version's snapshot
+        alg = type(run.algorithm)
+        self.fixed = alg.fixed_jobs  # plans do not change with the model version
+        self.inert = alg.inert  # updates need not be computed nor mixed
         # the jobs, by job number
         self.device: list[int] = []
         self.key: list[int] = []
@@ -130,6 +136,7 @@ class PlannedAsyncLoop:
         self.t_start: list[float] = []
         self.row: list[int] = []  # the job's row in the plan table
         self.arrives: list[bool] = []
+        # set when a job ends; allocated a block at a time (a job not started has no row)
         self.status: list[int] = []
         self.t_end: list[float] = []
         self.staleness: list[float] = []
@@ -208,21 +215,26 @@ class PlannedAsyncLoop:
         return float(after[0]), bool(arrives[0]), row
 
     # ----------------------------------------------------------------- jobs
-    def launch(self) -> None:
-        """Start jobs until ``concurrency`` are in flight."""
-        run, policy = self.run, self.policy
-        busy, job_index, heap = self._busy, self.job_index, self.heap
-        concurrency = policy.concurrency
-        version = run.round
-        refs = self.snapshots[version]
-        fixed = type(run.algorithm).fixed_jobs  # plans do not change with the model version
-        now = float(self.env.now)
-        while len(heap) < concurrency:
+    def _next_block(self, n: int) -> _Block:
+        """Draw the block of job numbers from ``n``; make room for its jobs' end fields."""
+        block = self.block = _Block(self.run, self.policy, self.job_index, n, BLOCK)
+        self.win = (-1, 0, 0, 0)
+        size = len(block.devices)
+        self.status += [CANCELLED] * size
+        self.t_end += [math.nan] * size
+        self.staleness += [math.nan] * size
+        return block
+
+    def launch(self, now: float) -> None:
+        """Start jobs at ``now`` until ``concurrency`` are in flight."""
+        run, policy, heap = self.run, self.policy, self.heap
+        busy, job_index = self._busy, self.job_index
+        version, refs, fixed = run.round, self.refs, self.fixed
+        while len(heap) < policy.concurrency:
             n = self.n_started
             block = self.block
             if block is None or n - block.first >= len(block.devices):
-                block = self.block = _Block(run, policy, job_index, n, BLOCK)
-                self.win = (-1, 0, 0, 0)
+                block = self._next_block(n)
             i = n - block.first
             device = block.devices[i]
             fast = not busy[device] and job_index[device] == block.keys[i]
@@ -252,9 +264,6 @@ class PlannedAsyncLoop:
             self.t_start.append(now)
             self.row.append(row)
             self.arrives.append(arrives)
-            self.status.append(CANCELLED)
-            self.t_end.append(math.nan)
-            self.staleness.append(math.nan)
             heapq.heappush(heap, (now + after, n))
             self.n_started += 1
             self.started_since += 1
@@ -264,7 +273,7 @@ class PlannedAsyncLoop:
         version = self.version_of[job]
         snap = self.snapshots[version]
         snap[1] -= 1
-        if snap[1] == 0 and version != self.version:
+        if snap[1] == 0 and version != self.run.round:
             del self.snapshots[version]
 
     # ----------------------------------------------------------------- the loop
@@ -294,7 +303,7 @@ class PlannedAsyncLoop:
         busy, lazy, buffer = self._busy, run.lazy, self.buffer
         device, t_end, arrives = self.device, self.t_end, self.arrives
         pop, launch = heapq.heappop, self.launch
-        launch()
+        launch(float(env.now))
         while run.stop_reason is None and heap:
             if heap[0][0] >= budget:  # events at the budget are not handled (engine._play)
                 return True
@@ -306,12 +315,12 @@ class PlannedAsyncLoop:
                 self.drops_in_row = 0
                 buffer.append(job)
                 if len(buffer) >= size:
-                    self.aggregate()
+                    self.aggregate(t)
                     buffer = self.buffer
             else:
                 self._drop(job, lazy)
             if run.stop_reason is None:
-                launch()
+                launch(t)
         return False
 
     def _drop(self, job: int, lazy: bool) -> None:
@@ -331,24 +340,11 @@ class PlannedAsyncLoop:
             run.stop("stalled")
 
     # ----------------------------------------------------------------- aggregation
-    def aggregate(self) -> None:
-        """Mix the buffered updates into the model, record the aggregation."""
-        run, policy = self.run, self.policy
+    def aggregate(self, now: float) -> None:
+        """Mix the buffered updates into the model at ``now``, record the aggregation."""
+        run = self.run
         version = self.version
-        limit = policy.max_staleness
-        version_of = self.version_of
-        applied = []
-        for job in self.buffer:
-            lag = version - version_of[job]
-            if limit is None or lag <= limit:
-                applied.append(job)
-                self.status[job] = ARRIVED
-                self.staleness[job] = float(lag)
-            else:
-                self.status[job] = LATE
-        lags = [version - version_of[j] for j in applied]
-        staleness = np.array(lags, dtype=np.int64)
-        now = float(self.env.now)
+        applied, lags = self._settle(version)
         row: dict[str, Any] = {
             "round": version,
             "stage": 0,
@@ -361,17 +357,18 @@ class PlannedAsyncLoop:
             "n_late": len(self.buffer) - len(applied),
             "n_cancelled": 0,
             # the mean of integers (exact sum, one rounding), as numpy's mean gives it
-            "staleness_mean": sum(lags) / len(lags) if applied else float("nan"),
+            "staleness_mean": sum(lags) / len(lags) if applied else math.nan,
             "bytes_down": math.nan,  # filled in when the jobs are recorded, at the end
             "bytes_up": math.nan,
         }
-        if applied:
+        if applied and not self.inert:  # an inert algorithm's apply changes nothing
             jobs = self.ended + self.buffer
-            run.apply(row, lambda: self._compute(applied, staleness, jobs, version, now))
-        first = len(self.records)
-        self.records += self.ended
-        self.records += self.buffer
-        self.marks.append((run.recorder.n_rounds, first, len(self.records)))
+            run.apply(row, lambda: self._compute(applied, lags, jobs, version, now))
+        records = self.records
+        first = len(records)
+        records += self.ended
+        records += self.buffer
+        self.marks.append((run.recorder.n_rounds, first, len(records)))
         for job in self.buffer:
             self.release(job)
         self.buffer, self.ended = [], []
@@ -381,12 +378,29 @@ class PlannedAsyncLoop:
         old = self.snapshots.get(version)
         if old is not None and old[1] == 0:
             del self.snapshots[version]
-        self.snapshots[self.version] = [run.state, 0]
+        self.refs = self.snapshots[self.version] = [run.state, 0]
+
+    def _settle(self, version: int) -> tuple[list[int], list[int]]:
+        """Mark the buffered jobs arrived or late at ``version``; the applied ones, their lags."""
+        limit = self.policy.max_staleness
+        version_of, status, staleness = self.version_of, self.status, self.staleness
+        applied: list[int] = []
+        lags: list[int] = []
+        for job in self.buffer:
+            lag = version - version_of[job]
+            if limit is None or lag <= limit:
+                applied.append(job)
+                lags.append(lag)
+                status[job] = ARRIVED
+                staleness[job] = float(lag)
+            else:
+                status[job] = LATE
+        return applied, lags
 
     def _compute(
         self,
         applied: list[int],
-        staleness: NDArray[np.int64],
+        lags: list[int],
         jobs: list[int],
         version: int,
         now: float,
@@ -401,6 +415,7 @@ class PlannedAsyncLoop:
             if v not in shared:
                 shared[v] = alg.shared(self.snapshots[v][0])
         bases = [shared[self.version_of[j]] for j in applied]
+        staleness = np.array(lags, dtype=np.int64)
         new = self.policy.mixer(staleness).apply(alg.shared(state), updates, bases)
         mixed = alg.with_shared(alg.keep_local(state, updates), new)
         if type(alg).background is Algorithm.background:  # it returns the state: no outcome
@@ -490,6 +505,24 @@ class PlannedAsyncLoop:
             recorder.set_round_values("bytes_up", rows_at, _chunk_sums(b_up, self.marks))
 
 
+#: numpy sums fewer values than this one after the other, from 0.0 (longer ones pairwise).
+_SHORT = 8
+
+
 def _chunk_sums(values: NDArray[np.float64], marks: list[tuple[int, int, int]]) -> list[float]:
-    """``float(values[a:b].sum())`` of every mark's range, as the reference sums each chunk."""
-    return [float(values[a:b].sum()) for _, a, b in marks]
+    """``float(values[a:b].sum())`` of every mark's range, as the reference sums each chunk.
+
+    Short ranges are summed together, value by value in numpy's order (bit for bit the same);
+    longer ones by numpy one at a time.
+    """
+    bounds = np.array([(a, b) for _, a, b in marks], dtype=np.int64).reshape(-1, 2)
+    lo, size = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    padded = np.append(values, np.zeros(_SHORT))  # reads past the end are masked out
+    sums = np.zeros(lo.size)
+    for k in range(_SHORT - 1):
+        sums = np.where(size > k, sums + padded[lo + k], sums)
+    out = sums.tolist()
+    for i in np.flatnonzero(size >= _SHORT).tolist():
+        a, b = bounds[i]
+        out[i] = float(values[a:b].sum())
+    return out

@@ -114,8 +114,9 @@ _INT_COLUMNS = {
 class Recorder:
     """Columnar buffers for the rows of one run.
 
-    Job rows arrive a cohort at a time as arrays; round rows as dicts. Nothing becomes a
-    DataFrame until :meth:`results`.
+    Job rows arrive a cohort at a time as arrays; round rows as dicts, kept as they are (a
+    copy) and turned into columns at the end (one dict copy per row is cheaper than one append
+    per column). Nothing becomes a DataFrame until :meth:`results`.
     """
 
     def __init__(self, metrics: tuple[str, ...], *, energy: bool = False) -> None:
@@ -123,12 +124,14 @@ class Recorder:
         #: The job columns: the fixed ones, then the energy ones when the fleet declares energy.
         self.job_columns = _JOB_COLUMNS + (ENERGY_COLUMNS if energy else ())
         self._jobs: dict[str, list[NDArray[Any]]] = {c: [] for c in self.job_columns}
-        self._rounds: dict[str, list[Any]] = {c: [] for c in (*ROUND_COLUMNS, *metrics)}
+        #: The round columns: the fixed ones, then the metrics.
+        self.round_columns = (*ROUND_COLUMNS, *metrics)
+        self._rounds: list[dict[str, Any]] = []
 
     @property
     def n_rounds(self) -> int:
         """Number of round rows recorded so far."""
-        return len(self._rounds["round"])
+        return len(self._rounds)
 
     def add_jobs(self, columns: dict[str, NDArray[Any]]) -> None:
         """Append one cohort's job rows (one array per column, all the same length)."""
@@ -136,28 +139,34 @@ class Recorder:
             self._jobs[c].append(np.asarray(columns[c]))
 
     def add_round(self, row: dict[str, Any]) -> None:
-        """Append one round row; metrics missing from ``row`` are NaN."""
-        for c in self._rounds:
-            self._rounds[c].append(row.get(c, math.nan))
+        """Append one round row; columns missing from ``row`` are NaN, other keys ignored."""
+        self._rounds.append(row.copy())
+
+    def _column(self, column: str) -> str:
+        """``column``, checked to be a round column."""
+        if column not in self.round_columns:
+            raise KeyError(f"Recorder: no round column {column!r} (have {self.round_columns})")
+        return column
 
     def last_round(self, column: str) -> Any:
         """A value of the last round row."""
-        return self._rounds[column][-1]
+        return self._rounds[-1].get(self._column(column), math.nan)
 
     def set_round_values(self, column: str, rows: list[int], values: list[float]) -> None:
         """Set ``column`` of the round rows numbered ``rows`` (filled in after the fact)."""
-        col = self._rounds[column]
+        column, recorded = self._column(column), self._rounds
         for i, v in zip(rows, values, strict=True):
-            col[i] = v
+            recorded[i][column] = v
 
     def set_status(self, status: str) -> None:
         """Set the status of the last round row (one of :data:`ROUND_STATUSES`)."""
-        self._rounds["status"][-1] = status
+        self._rounds[-1]["status"] = status
 
     def set_metrics(self, metrics: dict[str, float]) -> None:
         """Fill the metric columns of the last round row."""
+        last = self._rounds[-1]
         for name, value in metrics.items():
-            self._rounds[name][-1] = float(value)
+            last[self._column(name)] = float(value)
 
     def results(self, meta: dict[str, Any], state: Any = None) -> Results:
         """The recorded rows as :class:`Results` (with the final algorithm ``state``)."""
@@ -174,7 +183,9 @@ class Recorder:
         jobs["status"] = pd.Categorical.from_codes(jobs["status"], dtype=_job_status_dtype())
         clients = pd.DataFrame(jobs, copy=False)  # the columns are this frame's own
         rounds_cols: dict[str, Any] = {}
-        for c, values in self._rounds.items():
+        nan = math.nan
+        for c in self.round_columns:
+            values = [row.get(c, nan) for row in self._rounds]
             if c == "status":
                 codes = [ROUND_STATUSES.index(v) for v in values]
                 rounds_cols[c] = pd.Categorical.from_codes(codes, dtype=_round_status_dtype())
