@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from simfl.algorithms.base import Updates
+from simfl.engine.flowround import applies as flow_rounds_apply
 from simfl.engine.jobs import JobPlan, plan_jobs
 from simfl.engine.links import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.live import DeviceRuntime
@@ -114,6 +115,13 @@ class RunContext:
         self.batched = batched and self.playback.planned
         #: Play flat synchronous rounds without job events from their jobs' resolved events.
         self.resolved = isinstance(self.playback, Resolved)
+        #: Play flat synchronous rounds on shared links without job processes (a clock).
+        self.flow_rounds = (
+            batched
+            and scenario.network is not None
+            and isinstance(self.playback, Live)
+            and flow_rounds_apply(scenario.network.kind, self.network, self.playback.devices)
+        )
         self.view = PolicyView(self)
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)

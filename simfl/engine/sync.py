@@ -27,9 +27,11 @@ from numpy.typing import NDArray
 
 from simfl.engine.aggregation import close_aggregation
 from simfl.engine.edge import EdgeRound
+from simfl.engine.flowround import play_flow_round
 from simfl.engine.jobs import JobPlan, fit_work, resolution
+from simfl.engine.links import FlowNetwork
 from simfl.engine.offline import Resolution
-from simfl.engine.playback import Resolved, delay_below
+from simfl.engine.playback import Live, Resolved, delay_below
 from simfl.engine.playback import landing_delay as _delay_until
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING, Outcome
 from simfl.policies.base import EdgePolicy, RoundPlan, SyncPolicy
@@ -247,6 +249,8 @@ def play_round(
         yield from _batched_round(ctx, rnd, deadline)
     elif alone and ctx.resolved:
         yield from _resolved_round(ctx, rnd, deadline)
+    elif alone and ctx.flow_rounds:
+        yield from _flow_round(ctx, rnd, deadline)
     else:
         yield from _process_round(ctx, rnd, deadline)
 
@@ -261,6 +265,25 @@ def _process_round(
         yield rnd.done
     else:
         yield rnd.done | env.timeout(deadline)
+    rnd.close(LATE if not rnd.closed else CANCELLED)
+
+
+def _flow_round(
+    ctx: RunContext, rnd: RoundState, deadline: float | None
+) -> Generator[Any, Any, None]:
+    """The round on shared links, its jobs' events played on a clock of their own.
+
+    :func:`~simfl.engine.flowround.play_flow_round` plays the events of
+    :func:`_process_round` (the same calls on the links, the same records) up to the instant
+    the server would close the round; the server sleeps until then and closes it. A run
+    ending first finds the round as the job processes would leave it.
+    """
+    playback, network = ctx.playback, ctx.network
+    assert isinstance(playback, Live) and isinstance(network, FlowNetwork)
+    t, closes = play_flow_round(rnd, network, playback.devices, deadline, ctx.scenario.max_time)
+    yield from _sleep_until(ctx.env, t)
+    if not closes:
+        yield ctx.env.event()  # never triggered: the run ends (at max_time) before
     rnd.close(LATE if not rnd.closed else CANCELLED)
 
 

@@ -1,0 +1,334 @@
+"""Synchronous rounds on shared links without SimPy job processes (issue 13, target 2).
+
+A flat synchronous round on a :class:`~simfl.engine.links.FlowNetwork`, its devices always
+online, is played out by a small discrete-event loop in plain Python (:class:`Clock`): a heap of
+``(time, priority, id)`` events with callbacks, the same order SimPy keeps (urgent before
+normal at one instant, then first scheduled first). Each job is a chain of callbacks
+(:class:`_Job`) that makes exactly the calls, schedules exactly the events and writes exactly
+the records that :meth:`~simfl.engine.live.DeviceRuntime.process` makes, schedules and writes
+(the job's start, latency and compute timeouts, its flows' completions, the race with its
+failure clock), and the round's closing is the server's wait on "round done" or the deadline.
+The network's own wake-ups are scheduled on the same clock while the round plays (its
+:attr:`~simfl.engine.links.Links.env` points at it), so every flow starts, stops and finishes
+in the order, at the instants and with the arithmetic of the live path: the frames are
+identical, not just close (``tests/test_flow_round.py``).
+
+The server then sleeps on the SimPy clock until the round closes; jobs still transferring
+then keep their flows in :attr:`~simfl.engine.live.DeviceRuntime.live`, stopped by
+``finalize`` as the live path stops them. A run ending (``max_time``) while the round is in
+flight leaves the round as the live path leaves it at that instant: events at or after
+``max_time`` are not played.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from itertools import count
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl.engine.jobs import JobPlan
+from simfl.engine.links import Flow, FlowNetwork
+from simfl.outcome import ARRIVED, DROPPED
+
+if TYPE_CHECKING:
+    from simfl.engine.live import DeviceRuntime
+
+__all__ = ["Clock", "Event", "applies", "play_flow_round"]
+
+_URGENT, _NORMAL = 0, 1
+Callback = Callable[["Event"], None]
+
+
+class RoundRecord(Protocol):
+    """What the round keeps while it plays (``simfl.engine.sync.RoundState``)."""
+
+    env: Any
+    plan: JobPlan
+    quota: int
+    status: NDArray[np.int8]
+    t_end: NDArray[np.float64]
+    n_arrived: int
+    n_resolved: int
+    closed: bool
+
+
+class Event:
+    """A pending happening on a :class:`Clock` (the part of ``simpy.Event`` the round uses)."""
+
+    __slots__ = ("callbacks", "clock", "triggered")
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        #: called in order when the event is processed; ``None`` once it has been
+        self.callbacks: list[Callback] | None = []
+        self.triggered = False
+
+    def succeed(self) -> None:
+        """Trigger the event now (processed after the events already due now)."""
+        self.triggered = True
+        self.clock.schedule(self, _NORMAL, 0.0)
+
+
+class Clock:
+    """A discrete-event clock with SimPy's ordering (see the module docstring)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self._queue: list[tuple[float, int, int, Event]] = []
+        self._eid = count()
+
+    def schedule(self, event: Event, priority: int, delay: float) -> None:
+        """Process ``event`` ``delay`` seconds from now."""
+        heapq.heappush(self._queue, (self.now + delay, priority, next(self._eid), event))
+
+    def event(self) -> Event:
+        """A new untriggered event."""
+        return Event(self)
+
+    def timeout(self, delay: float) -> Event:
+        """An event processed ``delay`` seconds from now."""
+        event = Event(self)
+        event.triggered = True
+        self.schedule(event, _NORMAL, delay)
+        return event
+
+    def any_of(self, first: Event, second: Event) -> Event:
+        """An event triggered (and processed later) when the first of two is processed."""
+        either = Event(self)
+
+        def check(_: Event) -> None:
+            if not either.triggered:
+                either.succeed()
+
+        for event in (first, second):
+            assert event.callbacks is not None
+            event.callbacks.append(check)
+        return either
+
+    def peek(self) -> float:
+        """When the next event is processed (``inf``: none left)."""
+        return self._queue[0][0] if self._queue else math.inf
+
+    def step(self) -> None:
+        """Process the next event."""
+        t, _, _, event = heapq.heappop(self._queue)
+        self.now = t
+        callbacks, event.callbacks = event.callbacks, None
+        assert callbacks is not None
+        for callback in callbacks:
+            callback(event)
+
+
+class _Job:
+    """One job as callbacks: what ``DeviceRuntime.process`` does, devices always online."""
+
+    __slots__ = ("busy", "device", "fail_after", "j", "round")
+
+    def __init__(self, rnd: _Round, j: int) -> None:
+        self.round = rnd
+        self.j = j
+        self.device = int(rnd.plan.devices[j])
+        self.busy = 0.0  # busy seconds used so far
+        self.fail_after = float(rnd.plan.fail_after[j])
+
+    # ------------------------------------------------------------- the job
+    def start(self, _: Event) -> None:
+        self._transfer(0)
+
+    def _stage_done(self, ok: bool) -> None:
+        rnd, j = self.round, self.j
+        plan = rnd.plan
+        if not ok:
+            plan.active_since[j] = math.nan
+            rnd.resolve(j, arrived=False)
+            return
+        plan.progress[j] += 1
+        plan.active_since[j] = rnd.clock.now
+        s = int(plan.progress[j])
+        if s == 1:
+            self._timed(1, float(plan.compute[j]))
+        elif s == 2:
+            self._transfer(2)
+        else:
+            plan.active_since[j] = math.nan
+            rnd.resolve(j, arrived=True)
+
+    # ------------------------------------------------------------- timed stages
+    def _timed(self, s: int, seconds: float) -> None:
+        """Busy ``seconds`` in stage ``s`` unless the failure clock runs out first."""
+        clock, plan, j = self.round.clock, self.round.plan, self.j
+        began = clock.now
+        plan.active_since[j] = began
+        stop = began + (self.fail_after - self.busy)
+        done = began + seconds <= stop
+        used = seconds if done else stop - began
+
+        def over(_: Event) -> None:
+            self.busy += used
+            plan.spent[j, s] += used
+            plan.active_since[j] = clock.now
+            if s == 1:
+                self._stage_done(done)
+            else:
+                self._latency_done(s, done)
+
+        event = clock.timeout(used)
+        assert event.callbacks is not None
+        event.callbacks.append(over)
+
+    # ------------------------------------------------------------- transfers
+    def _transfer(self, s: int) -> None:
+        """The path's latency, then the flow (``DeviceRuntime._transfer``)."""
+        self._timed(s, self.round.latency[self.device])
+
+    def _latency_done(self, s: int, ok: bool) -> None:
+        rnd, j = self.round, self.j
+        plan = rnd.plan
+        if not ok:
+            plan.moved[j, s // 2] = 0.0
+            self._stage_done(False)
+            return
+        size = float(plan.size_down[j] if s == 0 else plan.size_up[j])
+        flow = rnd.net.start(self.device, "down" if s == 0 else "up", size)
+        rnd.live[(rnd.plan_id, j)] = flow
+        self._wait(s, flow)
+
+    def _wait(self, s: int, flow: Flow) -> None:
+        """The transfer loop of ``DeviceRuntime._transfer`` from its guard."""
+        rnd, j = self.round, self.j
+        plan, clock = rnd.plan, rnd.clock
+        done = cast(Event, flow.done)  # created on the clock while the round plays
+        if done.triggered:
+            del rnd.live[(rnd.plan_id, j)]
+            self._stage_done(True)
+            return
+        began = clock.now
+        plan.active_since[j] = began
+        fail_at = began + (self.fail_after - self.busy)
+
+        def resumed(_: Event) -> None:
+            now = clock.now
+            self.busy += now - began
+            plan.spent[j, s] += now - began
+            plan.active_since[j] = now
+            if done.triggered:
+                del rnd.live[(rnd.plan_id, j)]
+                self._stage_done(True)
+                return
+            rnd.net.stop(flow)
+            if now >= fail_at or rnd.offline == "abort":
+                del rnd.live[(rnd.plan_id, j)]
+                plan.moved[j, s // 2] = flow.delivered
+                self._stage_done(False)
+                return
+            plan.active_since[j] = math.nan  # _wait_online(now): a zero timeout
+            back = clock.timeout(0.0)
+            assert back.callbacks is not None
+            back.callbacks.append(lambda _: self._resume(s, flow))
+
+        # the race with the failure clock: ``flow.done | env.timeout(...)`` in the live path
+        race = math.isfinite(fail_at)
+        wake = clock.any_of(done, clock.timeout(fail_at - began)) if race else done
+        assert wake.callbacks is not None
+        wake.callbacks.append(resumed)
+
+    def _resume(self, s: int, flow: Flow) -> None:
+        self.round.plan.active_since[self.j] = self.round.clock.now
+        self.round.net.resume(flow)
+        self._wait(s, flow)
+
+
+class _Round:
+    """The round's state while its events play (what ``RoundState`` keeps, on the clock)."""
+
+    def __init__(self, rnd: RoundRecord, net: FlowNetwork, devices: DeviceRuntime) -> None:
+        self.rnd = rnd
+        self.plan = rnd.plan
+        self.plan_id = id(rnd.plan)
+        self.net = net
+        self.live = devices.live
+        self.offline = devices.offline
+        assert devices.path_latency is not None
+        self.latency: list[float] = devices.path_latency.tolist()
+        self.clock = Clock(float(rnd.env.now))
+        self.done = self.clock.event()
+        self.closed_at: float | None = None  # when the server woke up to close the round
+
+    def resolve(self, j: int, *, arrived: bool) -> None:
+        """``RoundState.arrive``/``drop``, the "round done" event on the clock."""
+        rnd = self.rnd
+        if rnd.closed:
+            return
+        rnd.status[j] = ARRIVED if arrived else DROPPED
+        rnd.t_end[j] = self.clock.now
+        rnd.n_arrived += arrived
+        rnd.n_resolved += 1
+        if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.plan.size:
+            rnd.closed = True
+            self.done.succeed()
+
+    def wake_server(self, _: Event) -> None:
+        self.closed_at = self.clock.now
+
+
+def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
+    """Whether flat rounds on ``network`` (of ``Network.kind`` ``kind``) play on a clock.
+
+    The fast links on a star or a hierarchy (every flow fits one shared link, nested at
+    most once: the links never hand over to the reference algorithm), every link with some
+    capacity (every flow finishes), devices always online.
+    """
+    return (
+        kind in ("star", "hierarchical")
+        and isinstance(network, FlowNetwork)
+        and network.reference is None
+        and bool((network.capacity > 0).all())
+        and devices.cursor is None
+        and devices.path_latency is not None
+    )
+
+
+def play_flow_round(
+    rnd: RoundRecord,
+    net: FlowNetwork,
+    devices: DeviceRuntime,
+    deadline: float | None,
+    max_time: float | None,
+) -> tuple[float, bool]:
+    """Play the round's events on a :class:`Clock` until the server would close it.
+
+    Returns ``(t, closes)``: the instant the server wakes to close the round (``closes``), or
+    else the first instant left unplayed because the run ends before it (``t >= max_time``)
+    or, if nothing is left to happen, the last instant played. The round's and the plan's
+    records are left as the live path leaves them then.
+    """
+    state = _Round(rnd, net, devices)
+    clock = state.clock
+    jobs = [_Job(state, j) for j in range(rnd.plan.size)]
+    for job in jobs:
+        init = clock.event()
+        assert init.callbacks is not None
+        init.callbacks.append(job.start)
+        clock.schedule(init, _URGENT, 0.0)
+    wait = state.done if deadline is None else clock.any_of(state.done, clock.timeout(deadline))
+    assert wait.callbacks is not None
+    wait.callbacks.append(state.wake_server)
+    budget = math.inf if max_time is None else max_time
+    env = net.env
+    net.env = clock  # type: ignore[assignment]
+    try:
+        while state.closed_at is None:
+            t = clock.peek()
+            if math.isinf(t):
+                return clock.now, False
+            if t >= budget:
+                return t, False
+            clock.step()
+    finally:
+        net.env = env
+    return state.closed_at, True
