@@ -79,12 +79,20 @@ class Clock:
 
     def __init__(self, now: float) -> None:
         self.now = now
-        self._queue: list[tuple[float, int, int, Event]] = []
+        self._queue: list[tuple[float, int, int, Event | Callable[[], None]]] = []
         self._eid = count()
 
     def schedule(self, event: Event, priority: int, delay: float) -> None:
         """Process ``event`` ``delay`` seconds from now."""
         heapq.heappush(self._queue, (self.now + delay, priority, next(self._eid), event))
+
+    def call_in(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` ``delay`` seconds from now (a timeout only one job waits for)."""
+        heapq.heappush(self._queue, (self.now + delay, _NORMAL, next(self._eid), callback))
+
+    def call_now(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` now, before any normal event (a process starting)."""
+        heapq.heappush(self._queue, (self.now, _URGENT, next(self._eid), callback))
 
     def event(self) -> Event:
         """A new untriggered event."""
@@ -118,6 +126,9 @@ class Clock:
         """Process the next event."""
         t, _, _, event = heapq.heappop(self._queue)
         self.now = t
+        if not isinstance(event, Event):
+            event()
+            return
         callbacks, event.callbacks = event.callbacks, None
         assert callbacks is not None
         for callback in callbacks:
@@ -132,68 +143,61 @@ class _Job:
     def __init__(self, rnd: _Round, j: int) -> None:
         self.round = rnd
         self.j = j
-        self.device = int(rnd.plan.devices[j])
+        self.device = rnd.devices[j]
         self.busy = 0.0  # busy seconds used so far
-        self.fail_after = float(rnd.plan.fail_after[j])
+        self.fail_after = rnd.fail_after[j]
 
     # ------------------------------------------------------------- the job
-    def start(self, _: Event) -> None:
-        self._transfer(0)
+    def start(self) -> None:
+        self._timed(0, self.round.latency[self.device])
 
     def _stage_done(self, ok: bool) -> None:
         rnd, j = self.round, self.j
-        plan = rnd.plan
         if not ok:
-            plan.active_since[j] = math.nan
+            rnd.active[j] = math.nan
             rnd.resolve(j, arrived=False)
             return
-        plan.progress[j] += 1
-        plan.active_since[j] = rnd.clock.now
-        s = int(plan.progress[j])
+        s = rnd.progress[j] = rnd.progress[j] + 1
+        rnd.active[j] = rnd.clock.now
         if s == 1:
-            self._timed(1, float(plan.compute[j]))
+            self._timed(1, rnd.compute[j])
         elif s == 2:
-            self._transfer(2)
+            self._timed(2, rnd.latency[self.device])
         else:
-            plan.active_since[j] = math.nan
+            rnd.active[j] = math.nan
             rnd.resolve(j, arrived=True)
 
     # ------------------------------------------------------------- timed stages
     def _timed(self, s: int, seconds: float) -> None:
-        """Busy ``seconds`` in stage ``s`` unless the failure clock runs out first."""
-        clock, plan, j = self.round.clock, self.round.plan, self.j
+        """Busy ``seconds`` in stage ``s`` (a latency or the compute) unless the job fails."""
+        rnd, j = self.round, self.j
+        clock = rnd.clock
         began = clock.now
-        plan.active_since[j] = began
+        rnd.active[j] = began
         stop = began + (self.fail_after - self.busy)
         done = began + seconds <= stop
         used = seconds if done else stop - began
 
-        def over(_: Event) -> None:
+        def over() -> None:
             self.busy += used
-            plan.spent[j, s] += used
-            plan.active_since[j] = clock.now
+            rnd.spent[j][s] += used
+            rnd.active[j] = clock.now
             if s == 1:
                 self._stage_done(done)
             else:
                 self._latency_done(s, done)
 
-        event = clock.timeout(used)
-        assert event.callbacks is not None
-        event.callbacks.append(over)
+        clock.call_in(used, over)
 
     # ------------------------------------------------------------- transfers
-    def _transfer(self, s: int) -> None:
-        """The path's latency, then the flow (``DeviceRuntime._transfer``)."""
-        self._timed(s, self.round.latency[self.device])
-
     def _latency_done(self, s: int, ok: bool) -> None:
+        """The path's latency is over (``ok``): the flow starts (``DeviceRuntime._transfer``)."""
         rnd, j = self.round, self.j
-        plan = rnd.plan
         if not ok:
-            plan.moved[j, s // 2] = 0.0
+            rnd.moved[j][s // 2] = 0.0
             self._stage_done(False)
             return
-        size = float(plan.size_down[j] if s == 0 else plan.size_up[j])
+        size = rnd.size_down[j] if s == 0 else rnd.size_up[j]
         flow = rnd.net.start(self.device, "down" if s == 0 else "up", size)
         rnd.live[(rnd.plan_id, j)] = flow
         self._wait(s, flow)
@@ -201,21 +205,21 @@ class _Job:
     def _wait(self, s: int, flow: Flow) -> None:
         """The transfer loop of ``DeviceRuntime._transfer`` from its guard."""
         rnd, j = self.round, self.j
-        plan, clock = rnd.plan, rnd.clock
+        clock = rnd.clock
         done = cast(Event, flow.done)  # created on the clock while the round plays
         if done.triggered:
             del rnd.live[(rnd.plan_id, j)]
             self._stage_done(True)
             return
         began = clock.now
-        plan.active_since[j] = began
+        rnd.active[j] = began
         fail_at = began + (self.fail_after - self.busy)
 
         def resumed(_: Event) -> None:
             now = clock.now
             self.busy += now - began
-            plan.spent[j, s] += now - began
-            plan.active_since[j] = now
+            rnd.spent[j][s] += now - began
+            rnd.active[j] = now
             if done.triggered:
                 del rnd.live[(rnd.plan_id, j)]
                 self._stage_done(True)
@@ -223,13 +227,11 @@ class _Job:
             rnd.net.stop(flow)
             if now >= fail_at or rnd.offline == "abort":
                 del rnd.live[(rnd.plan_id, j)]
-                plan.moved[j, s // 2] = flow.delivered
+                rnd.moved[j][s // 2] = flow.delivered
                 self._stage_done(False)
                 return
-            plan.active_since[j] = math.nan  # _wait_online(now): a zero timeout
-            back = clock.timeout(0.0)
-            assert back.callbacks is not None
-            back.callbacks.append(lambda _: self._resume(s, flow))
+            rnd.active[j] = math.nan  # _wait_online(now): a zero timeout, then resumed
+            clock.call_in(0.0, lambda: self._resume(s, flow))
 
         # the race with the failure clock: ``flow.done | env.timeout(...)`` in the live path
         race = math.isfinite(fail_at)
@@ -238,26 +240,47 @@ class _Job:
         wake.callbacks.append(resumed)
 
     def _resume(self, s: int, flow: Flow) -> None:
-        self.round.plan.active_since[self.j] = self.round.clock.now
+        self.round.active[self.j] = self.round.clock.now
         self.round.net.resume(flow)
         self._wait(s, flow)
 
 
 class _Round:
-    """The round's state while its events play (what ``RoundState`` keeps, on the clock)."""
+    """The round's state while its events play (what ``RoundState`` keeps, on the clock).
+
+    The plan's records are kept in lists while the round plays and written back by
+    :meth:`flush`.
+    """
 
     def __init__(self, rnd: RoundRecord, net: FlowNetwork, devices: DeviceRuntime) -> None:
         self.rnd = rnd
-        self.plan = rnd.plan
-        self.plan_id = id(rnd.plan)
+        plan = self.plan = rnd.plan
+        self.plan_id = id(plan)
         self.net = net
         self.live = devices.live
         self.offline = devices.offline
         assert devices.path_latency is not None
         self.latency: list[float] = devices.path_latency.tolist()
+        self.devices: list[int] = plan.devices.tolist()
+        self.fail_after: list[float] = plan.fail_after.tolist()
+        self.compute: list[float] = plan.compute.tolist()
+        self.size_down: list[float] = plan.size_down.tolist()
+        self.size_up: list[float] = plan.size_up.tolist()
+        self.spent: list[list[float]] = plan.spent.tolist()
+        self.active: list[float] = plan.active_since.tolist()
+        self.progress: list[int] = plan.progress.tolist()
+        self.moved: list[list[float]] = plan.moved.tolist()
         self.clock = Clock(float(rnd.env.now))
         self.done = self.clock.event()
         self.closed_at: float | None = None  # when the server woke up to close the round
+
+    def flush(self) -> None:
+        """Write the records kept in lists back into the plan."""
+        plan = self.plan
+        plan.spent[:] = self.spent
+        plan.active_since[:] = self.active
+        plan.progress[:] = self.progress
+        plan.moved[:] = self.moved
 
     def resolve(self, j: int, *, arrived: bool) -> None:
         """``RoundState.arrive``/``drop``, the "round done" event on the clock."""
@@ -311,10 +334,7 @@ def play_flow_round(
     clock = state.clock
     jobs = [_Job(state, j) for j in range(rnd.plan.size)]
     for job in jobs:
-        init = clock.event()
-        assert init.callbacks is not None
-        init.callbacks.append(job.start)
-        clock.schedule(init, _URGENT, 0.0)
+        clock.call_now(job.start)
     wait = state.done if deadline is None else clock.any_of(state.done, clock.timeout(deadline))
     assert wait.callbacks is not None
     wait.callbacks.append(state.wake_server)
@@ -331,4 +351,5 @@ def play_flow_round(
             clock.step()
     finally:
         net.env = env
+        state.flush()
     return state.closed_at, True
