@@ -87,7 +87,10 @@ def run(
     batched
         Play runs whose devices have private links without job events (default): each
         synchronous round's outcome follows from its job plan in one vectorised step, and,
-        with on/off availability, from the plan and the devices' on-intervals; asynchronous
+        with on/off availability, from the plan and the devices' on-intervals; flat
+        synchronous rounds on a star or hierarchical network (devices always online) play
+        their jobs on a plain clock, without SimPy processes (:mod:`simfl.engine.flowround`);
+        asynchronous
         runs of devices always online handle their jobs from a heap of the instants they
         resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
         process, stage by stage under availability: the straightforward path; the results

@@ -11,8 +11,9 @@ round's :class:`~simfl.outcome.Outcome`.
 
 How a round is played is chosen once per run: without job events where the playback is planned
 (:func:`_batched_round`) or resolved (:func:`_resolved_round`: availability on private links),
-with one SimPy process per job otherwise (:func:`_process_round`), or through edge servers for
-an :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
+on a plain clock on shared links (:func:`_flow_round`), with one SimPy process per job
+otherwise (:func:`_process_round`), or through edge servers for an
+:class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
 """
 
 from __future__ import annotations
