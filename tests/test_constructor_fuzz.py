@@ -118,6 +118,7 @@ EXEMPT: dict[tuple[str, str], str] = {}
 NOT_CONSTRUCTORS = {
     "Dataset": "simfl.neural.Dataset holds loaded arrays; the data sources build it",
     "NeuralState": "an algorithm's state, built by the algorithm",
+    "BaselineState": "a baseline algorithm's state, built by the algorithm",
     "Phase": "a training phase, built by the algorithms from their own checked fields",
 }
 #: Constructors fuzzed with the special values only, with the reason.

@@ -131,6 +131,7 @@ def test_help_of_sweep_shows_the_function():
         "scheduler",
         "retry_failed",
         "progress",
+        "threads",
     ]
     text = pydoc.render_doc(simfl.sweep, renderer=pydoc.plaintext)
     assert "Run every case into a results store" in text and "seeds" in text
