@@ -8,6 +8,8 @@ import json
 import os
 import platform
 import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,21 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
     }
+
+
+def fresh_runs(script: str, args: list[str], repeats: int) -> list[dict[str, Any]]:
+    """Run ``script`` (beside this file) ``repeats`` times in fresh processes; the JSON object
+    each prints on its last line."""
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, str(HERE / script), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs
 
 
 def peak_rss_mb() -> float:

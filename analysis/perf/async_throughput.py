@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy as np
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import HERE, parser, peak_rss_mb, report
+from _perf import fresh_runs, parser, peak_rss_mb, report
 
 FLEET, CONCURRENCY, BUFFER = 10_000, 100, 10
 
@@ -214,15 +213,7 @@ def scale_run(devices: int, concurrency: int, jobs: int) -> dict[str, Any]:
 def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """The million-device FedBuff run in fresh processes: median seconds, highest RSS."""
     args = ["--scale", "5000", "100", "5000"] if quick else ["--scale"]
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, str(HERE / "async_throughput.py"), *args],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = fresh_runs("async_throughput.py", args, repeats)
     total = statistics.median(r["total_s"] for r in runs)
     rss = max(r["peak_rss_mb"] for r in runs)
     r0 = runs[0]

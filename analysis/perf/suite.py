@@ -41,21 +41,13 @@ import fedrep_overhead
 import links_throughput
 import neural_suite
 import scaling
-from _perf import HERE, parser, report
+from _perf import HERE, fresh_runs, parser, report
 
 
 def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """Target 4 in fresh processes: median run time, highest peak RSS."""
     args = ["--devices", "100000", "--cohort", "1000", "--rounds", "20"] if quick else []
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, str(HERE / "million.py"), *args],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = fresh_runs("million.py", args, repeats)
     total = statistics.median(r["total_s"] for r in runs)
     rss = max(r["peak_rss_mb"] for r in runs)
     r0 = runs[0]

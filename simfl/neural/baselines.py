@@ -251,6 +251,8 @@ class Ditto(Baseline):
         SGD of both updates.
     """
 
+    evaluates_personal: ClassVar[bool] = True
+
     epochs: int = 5
     personal_epochs: int = 5
     lam: float = 0.1
@@ -317,11 +319,6 @@ class Ditto(Baseline):
         shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
         personal = self._personal_rows(state, updates, PERSONAL)
         return replace(state, shared=shared, personal=personal, round=state.round + 1)
-
-    def eval_params(  # noqa: D102
-        self, state: BaselineState, data: ClientImages, clients: IntArray
-    ) -> Params:
-        return state.stacked(clients, state.start)
 
 
 # ---------------------------------------------------------------------- APFL
@@ -537,6 +534,8 @@ class PFedMe(Baseline):
         ``lr`` is the outer step ``eta`` and ``batch_size`` the minibatch; plain SGD only.
     """
 
+    evaluates_personal: ClassVar[bool] = True
+
     epochs: int = 5
     lam: float = 15.0
     inner_steps: int = 5
@@ -607,11 +606,6 @@ class PFedMe(Baseline):
         personal = self._personal_rows(state, updates, PERSONAL)
         return replace(state, shared=shared, personal=personal, round=state.round + 1)
 
-    def eval_params(  # noqa: D102
-        self, state: BaselineState, data: ClientImages, clients: IntArray
-    ) -> Params:
-        return state.stacked(clients, state.start)
-
 
 # ---------------------------------------------------------------------- L2GD
 @dataclass(frozen=True)
@@ -627,6 +621,8 @@ class L2GD(Baseline):
     optimizer
         Local SGD (``lr`` is ``eta / (n (1 - p))``).
     """
+
+    evaluates_personal: ClassVar[bool] = True
 
     epochs: int = 5
     mix: float = 0.5
@@ -674,11 +670,6 @@ class L2GD(Baseline):
             own = {n: torch.from_numpy(np.array(v[j])) for n, v in updates.params.items()}
             personal[int(c)] = {n: x - self.mix * (x - avg[n]) for n, x in own.items()}
         return replace(state, shared=avg, personal=personal, round=state.round + 1)
-
-    def eval_params(  # noqa: D102
-        self, state: BaselineState, data: ClientImages, clients: IntArray
-    ) -> Params:
-        return state.stacked(clients, state.start)
 
 
 # ---------------------------------------------------------------------- FedNova

@@ -181,6 +181,8 @@ class Baseline(NeuralAlgorithm):
     epochs: int
     #: Forward and backward passes per sample of each local epoch (for ``work``).
     passes: ClassVar[float] = 1.0
+    #: Whether clients are evaluated with their personal models (Ditto, pFedMe, L2GD).
+    evaluates_personal: ClassVar[bool] = False
 
     def local_layers(self, network: Net) -> tuple[str, ...]:
         """None: every layer is shared (personal models live in ``BaselineState.personal``)."""
@@ -209,7 +211,13 @@ class Baseline(NeuralAlgorithm):
         return {}
 
     def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
-        """The models ``clients`` are evaluated with (default: the global model)."""
+        """The models ``clients`` are evaluated with.
+
+        Their personal ones if :attr:`evaluates_personal` (the initial model for a client never
+        selected), else the global model.
+        """
+        if self.evaluates_personal:
+            return state.stacked(clients, state.start)
         return dict(state.shared)
 
     def _data(self, data: ClientImages, clients: IntArray) -> tuple[Tensor, IntArray]:
