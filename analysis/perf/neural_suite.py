@@ -14,9 +14,12 @@ Rows (the suite's format, :mod:`_perf`):
 * ``batched vs one-by-one``: client-epochs per second of one ``train_cohort`` call for a
   cohort of 10 against one call per client (``perf_neural_batching.py``), for the W2 LeNet-5
   (batch 50, plain SGD) and the FedRep MLP (batch 10). Goal: >= 3x.
-* ``threads``: seconds per run of a 4-run neural sweep on 2 worker processes against 1, with
-  the workers' default thread limit (and, for contrast, 2 workers that may each use every
-  core). Goal: 2 workers no slower per run (ratio <= 1.1, a tenth for noise).
+* ``threads``: wall seconds per run of an 8-run neural sweep on 2 worker processes against 1
+  (the sweep's wall time over its runs, as the issue measured it: 302 s against 25 s for 4
+  runs), with the workers' default thread limit, and for contrast 2 workers that may each use
+  every core. Goal: 2 workers no slower per run (ratio <= 1.1, a tenth for noise). The note
+  gives the median host seconds of a warm run inside a worker (each worker's first run, which
+  imports torch and loads the data, left out): 2 workers of 1 thread against 1 worker of 2.
 * ``GPU``: W2 (reduced) with ``--device cuda`` against the CPU, or a skip row without CUDA.
 """
 
@@ -138,8 +141,14 @@ def batching_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
     return out
 
 
-def _sweep_seconds(workers: int, threads: int | None, quick: bool) -> tuple[float, float]:
-    """Wall seconds of a 4-run neural sweep and the mean host seconds of one run."""
+def _sweep_seconds(
+    workers: int, threads: int | None, quick: bool, runs: int
+) -> tuple[float, float]:
+    """Wall seconds per run of a ``runs``-run neural sweep, and a warm run's host seconds.
+
+    The warm figure is the median ``host_seconds`` without the ``workers`` slowest runs: each
+    worker's first run imports torch and loads the data, and takes about three times longer.
+    """
     import simfl
     from simfl import Fleet, Scenario, dists, neural, policies
     from simfl.sweeps import Processes
@@ -157,32 +166,36 @@ def _sweep_seconds(workers: int, threads: int | None, quick: bool) -> tuple[floa
     )
     t = time.perf_counter()
     with Processes(workers, threads=threads) as ex:
-        out = simfl.sweep(base, seeds=range(4), executor=ex, progress=False)
+        out = simfl.sweep(base, seeds=range(runs), executor=ex, progress=False)
     wall = time.perf_counter() - t
-    per_run = float(out.runs["host_seconds"].mean())
-    return wall, per_run
+    host = sorted(float(h) for h in out.runs["host_seconds"])
+    warm = host[:-workers] if len(host) > workers else host
+    return wall / runs, statistics.median(warm)
 
 
 def threads_rows(quick: bool) -> list[dict[str, Any]]:
     """Target 5: a 2-worker neural sweep is no slower per run than a 1-worker one."""
     cores = os.cpu_count() or 1
-    _, one = _sweep_seconds(1, None, quick)
-    _, two = _sweep_seconds(2, None, quick)
-    _, wild = _sweep_seconds(2, cores, quick)
+    runs = 4 if quick else 8
+    one, one_warm = _sweep_seconds(1, None, quick, runs)
+    two, two_warm = _sweep_seconds(2, None, quick, runs)
+    wild, _ = _sweep_seconds(2, cores, quick, runs)
     ratio = two / one
     return [
         {
             "target": "13.5 threads",
-            "setting": f"4-run LeNet-5 sweep on MNIST ({'2,000' if quick else '5,000'} "
+            "setting": f"{runs}-run LeNet-5 sweep on MNIST ({'2,000' if quick else '5,000'} "
             f"images), {cores} cores",
             "simfl": round(two, 3),
             "baseline": round(one, 3),
-            "unit": "host s per run (2 workers vs 1)",
+            "unit": "wall s per run of the sweep (2 workers vs 1)",
             "ratio": round(ratio, 2),
             "goal": f"<= {THREADS_TARGET:g}",
             "passed": ratio <= THREADS_TARGET,
             "note": f"2 workers with {cores} threads each (no limit): {wild:.3f} s per run "
-            f"({wild / one:.2f}x)",
+            f"({wild / one:.2f}x); a warm run inside a worker: {two_warm:.3f} s with 2 "
+            f"workers of {max(1, cores // 2)} thread(s), {one_warm:.3f} s with 1 worker of "
+            f"{cores}",
         }
     ]
 
