@@ -300,6 +300,7 @@ def claims(
     best_other, margin = _best_other(acc)
     holds = bool(margin > 0)
     ci = tab.loc["FedRep", "ci95"], tab.loc[best_other, "ci95"]
+    close = [m for m in acc.index if m != "FedRep" and abs(acc[m] - acc["FedRep"]) < 2]
     out.append(
         {
             "paper": "FedRep",
@@ -311,7 +312,8 @@ def claims(
             ),
             "status": "qualitative" if holds else "not reproduced",
             "why": why
-            + ("; the margin is within the seeds' 95% intervals" if abs(margin) < max(ci) else ""),
+            + ("; the margin is within the seeds' 95% intervals" if abs(margin) < max(ci) else "")
+            + f"; within 2 points of FedRep: {', '.join(close) or 'none'}",
         }
     )
     if as_trained is not None and finetune:
@@ -375,7 +377,7 @@ def protocol_claim(
             f"FedRep scored as trained {raw['mean']:.2f}%: clients that took part "
             f"{raw['took_part']:.2f}%, {never}; FedRep - {raw_best} = {raw_margin:+.2f}; "
             f"over the clients that took part FedRep - {took_best} = {took_margin:+.2f}; "
-            f"with {finetune} final head epochs for every client FedRep {fr['mean']:.2f}% "
+            f"with {finetune} final head epochs for every client FedRep {fr['mean']:.2f}%"
             + (f" (never selected {fr['never']:.2f}%)" if fr["n_never"] > 0 else "")
         ),
         "status": "qualitative",
