@@ -216,8 +216,17 @@ class NeuralFedRep(NeuralAlgorithm):
     interleave
         The SRPFL code's schedule: ``body_epochs`` cycles of (``head_epochs`` head epochs, one
         body epoch).
-    optimizer, finetune_epochs
-        As for :class:`NeuralFedAvg` (fine-tuning trains the local layers).
+    optimizer
+        As for :class:`NeuralFedAvg`.
+    finetune_epochs
+        Head epochs every evaluated client trains, with the body frozen at the server's, before
+        it is evaluated (0: none, the default). The FedRep paper averages the final 10 rounds
+        over all clients after T = 100-200 rounds, when every client has trained its head many
+        times; its code then adds a last round in which *every* client trains only its head
+        for ``max(10, tau_h)`` epochs (the same budget as the "+FT" baselines' 10 head epochs)
+        before the final test. ``finetune_epochs=max(10, head_epochs)`` is that last round.
+        With 0, a client never selected is scored with its initial (random) head, which is
+        close to chance when few rounds leave some clients out.
     finetune_from
         Fine-tuning starts from the client's ``"own"`` local layers or from the last cohort's
         ``"average"`` (the SRPFL code's evaluation).

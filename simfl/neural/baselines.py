@@ -25,7 +25,10 @@ Common rules (as for the other neural algorithms):
   personalised model on its own test split, like FedRep; a client that never took part uses
   the initial model as its personal one (every ``v_k^0 = w^0`` in the papers). Per-FedAvg and
   HF-MAML are evaluated after one adaptation step, SCAFFOLD and FedNova with the global model
-  (SCAFFOLD+FT fine-tunes the head first, like FedAvg+FT).
+  (SCAFFOLD+FT fine-tunes the head first, like FedAvg+FT). Every baseline takes
+  ``finetune_epochs``: each client then trains the head of the model it is evaluated with for
+  that many epochs before the test (:class:`~simfl.neural.personal.Baseline`), so a comparison
+  can give every method the final fine-tuning budget of FedRep's "+FT" rows.
 * Partial work: a step is one minibatch step of the client's schedule (for Ditto the personal
   steps come first, then the global ones), so a client stopped by a deadline did a prefix of
   its full update.
@@ -249,6 +252,9 @@ class Ditto(Baseline):
         Regularisation ``lambda`` towards the received global model (>= 0).
     optimizer
         SGD of both updates.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
     """
 
     evaluates_personal: ClassVar[bool] = True
@@ -257,6 +263,7 @@ class Ditto(Baseline):
     personal_epochs: int = 5
     lam: float = 0.1
     optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
 
     name: ClassVar[str] = "Ditto"
     synchronous_only: ClassVar[str | None] = (
@@ -264,7 +271,7 @@ class Ditto(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("Ditto", self.epochs, self.optimizer)
+        check_common("Ditto", self.epochs, self.optimizer, self.finetune_epochs)
         check_int("Ditto.personal_epochs", self.personal_epochs, low=1)
         check_real("Ditto.lam", self.lam, low=0.0)
 
@@ -338,6 +345,9 @@ class APFL(Baseline):
         Step size of ``a`` (> 0; ``None``: ``optimizer.lr``, as in the paper).
     optimizer
         SGD of ``w`` and ``v`` (each with its own momentum buffers).
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
     """
 
     epochs: int = 5
@@ -345,6 +355,7 @@ class APFL(Baseline):
     adapt: bool = True
     alpha_lr: float | None = None
     optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
 
     name: ClassVar[str] = "APFL"
     passes: ClassVar[float] = 2.0
@@ -353,7 +364,7 @@ class APFL(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("APFL", self.epochs, self.optimizer)
+        check_common("APFL", self.epochs, self.optimizer, self.finetune_epochs)
         check_real("APFL.alpha", self.alpha, low=0.0, high=1.0)
         object.__setattr__(self, "adapt", check_bool("APFL.adapt", self.adapt))
         if self.alpha_lr is not None:
@@ -437,6 +448,9 @@ class PerFedAvg(Baseline):
         Finite-difference radius of ``"hf"`` (> 0).
     optimizer
         The outer step (``lr`` is the paper's ``beta``); defaults to plain SGD, lr 0.1.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
     """
 
     epochs: int = 5
@@ -444,12 +458,13 @@ class PerFedAvg(Baseline):
     hessian: str = "fo"
     delta: float = 1e-3
     optimizer: SGD = META_SGD
+    finetune_epochs: int = 0
 
     name: ClassVar[str] = "PerFedAvg"
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_common(owner, self.epochs, self.optimizer)
+        check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
         check_real(f"{owner}.alpha", self.alpha, low=0.0, low_open=True)
         check_choice(f"{owner}.hessian", self.hessian, ("fo", "hf"))
         check_real(f"{owner}.delta", self.delta, low=0.0, low_open=True)
@@ -532,6 +547,9 @@ class PFedMe(Baseline):
         Server mixing ``beta`` (> 0; 1 is plain averaging).
     optimizer
         ``lr`` is the outer step ``eta`` and ``batch_size`` the minibatch; plain SGD only.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
     """
 
     evaluates_personal: ClassVar[bool] = True
@@ -542,6 +560,7 @@ class PFedMe(Baseline):
     personal_lr: float = 0.1
     beta: float = 1.0
     optimizer: SGD = PFEDME_SGD
+    finetune_epochs: int = 0
 
     name: ClassVar[str] = "pFedMe"
     synchronous_only: ClassVar[str | None] = (
@@ -549,7 +568,7 @@ class PFedMe(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("PFedMe", self.epochs, self.optimizer)
+        check_common("PFedMe", self.epochs, self.optimizer, self.finetune_epochs)
         check_real("PFedMe.lam", self.lam, low=0.0, low_open=True)
         check_int("PFedMe.inner_steps", self.inner_steps, low=1)
         check_real("PFedMe.personal_lr", self.personal_lr, low=0.0, low_open=True)
@@ -620,6 +639,9 @@ class L2GD(Baseline):
         Averaging step ``eta lam / (n p)`` in (0, 1] (1: every participant becomes the average).
     optimizer
         Local SGD (``lr`` is ``eta / (n (1 - p))``).
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
     """
 
     evaluates_personal: ClassVar[bool] = True
@@ -627,6 +649,7 @@ class L2GD(Baseline):
     epochs: int = 5
     mix: float = 0.5
     optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
 
     name: ClassVar[str] = "L2GD"
     synchronous_only: ClassVar[str | None] = (
@@ -634,7 +657,7 @@ class L2GD(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("L2GD", self.epochs, self.optimizer)
+        check_common("L2GD", self.epochs, self.optimizer, self.finetune_epochs)
         check_real("L2GD.mix", self.mix, low=0.0, high=1.0, low_open=True)
 
     def local_updates(  # noqa: D102

@@ -176,7 +176,18 @@ def masked(active: BoolArray, like: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------- the common base
 class Baseline(NeuralAlgorithm):
-    """Base of the baselines: every layer shared, a :class:`BaselineState`, own evaluation."""
+    """Base of the baselines: every layer shared, a :class:`BaselineState`, own evaluation.
+
+    Evaluation (``_scores``): each client is scored with :meth:`eval_params` (the global model,
+    its personal model, or Per-FedAvg's adapted one). With ``finetune_epochs > 0`` every
+    evaluated client, whether or not it ever took part, first trains the head of that model on
+    its own training data for that many epochs (the method's ``optimizer``, the keyed stream
+    ``("neural/finetune", client, aggregations so far)``); the rest of the model stays fixed.
+    That is the FedRep paper's "+FT" rule (10 head epochs once training ends), and applied to
+    every method it is the same final budget the FedRep code gives its own heads in its extra
+    last round (see :class:`~simfl.neural.NeuralFedRep`). ``0`` (the default) scores the model
+    as trained, so a client never selected is scored with the initial model.
+    """
 
     epochs: int
     #: Forward and backward passes per sample of each local epoch (for ``work``).
