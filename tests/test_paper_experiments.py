@@ -196,6 +196,22 @@ def test_feddar_k_alpha_quick(tmp_path):
     # FedRep's floor falls as alpha -> 0 (single-domain clients); SA stays far below both
     assert rows[(0.1, 2)]["FedRep"] < rows[(10.0, 2)]["FedRep"] / 4
     assert max(rows[(0.1, 2)]["FedDAR-SA"], rows[(10.0, 2)]["FedDAR-SA"]) < 1e-3
+    # FedDAR-SA's step is chosen per k on the tuning grid (quick grid), from the tuning seed
+    import feddar_k_alpha
+
+    assert set(body["sa_step_by_k"]) == {"1", "2"} and body["tuning_seed"] == 1000
+    assert set(body["sa_step_by_k"].values()) <= set(feddar_k_alpha.QUICK_STEP_GRID)
+
+
+def test_feddar_k_alpha_full_size_steps_follow_the_rule():
+    """The full-size file: the per-k rule gives feddar.py's step 1.0 back at k = 2 (the rule is
+    the one the k = 2 step came from), and a step of the grid at every k."""
+    import feddar_k_alpha
+
+    body = json.loads((_common.RESULTS / "feddar_k_alpha.json").read_text())
+    steps = body["numbers"]["sa_step_by_k"]
+    assert steps["2"] == 1.0
+    assert set(steps) == {"1", "2", "4"} and set(steps.values()) <= set(feddar_k_alpha.STEP_GRID)
 
 
 def test_fedmavg_iid_m_quick(tmp_path):
