@@ -101,6 +101,63 @@ def test_expected_kth_matches_harmonic_numbers():
     assert sv.expected_kth(s, 1) == pytest.approx(1.0 / np.sum(1.0 / s), rel=1e-6)
 
 
+def test_expected_kth_with_uniform_means_matches_independent_computations():
+    """The U[1, 100] theory values, checked without the script's dynamic programme: the mean of
+    the slowest of 100 by scipy's quad of ``1 - prod(1 - exp(-t / s_i))``, and the mean of the
+    10th fastest by a numpy Monte Carlo of the order statistic alone (1e5 rounds: SE 0.1% of
+    it, tolerance 4 SE, so a 1% error in the integral, ~10 SE away, fails)."""
+    import srpfl_variants as sv
+    from scipy import integrate
+
+    setting = next(s for s in sv.settings() if s.uniform_means)
+    scales = np.asarray(sv.fleet(setting, sv.FLEET_SEED).scale, dtype=float)
+    exact, _ = integrate.quad(
+        lambda t: 1.0 - np.prod(-np.expm1(-t / scales)), 0.0, np.inf, limit=500
+    )
+    assert sv.expected_kth(scales, scales.size) == pytest.approx(exact, rel=1e-5)
+    draws = np.random.default_rng(7).exponential(size=(100_000, scales.size)) * scales
+    tenth = np.partition(draws, sv.N0 - 1, axis=1)[:, sv.N0 - 1]
+    se = tenth.std(ddof=1) / math.sqrt(tenth.size)
+    assert se < 1.2e-3 * tenth.mean()
+    assert abs(sv.expected_kth(scales, sv.N0) - tenth.mean()) < 4 * se
+
+
+def test_srpfl_uniform_means_compute_draws_match_order_statistics():
+    """The simulator's own compute draws of the U[1, 100] fleet (the fleet the theory integrates
+    over), redrawn every round: the slowest of 100 (E = 361.2, sd ~107) and the 10th fastest
+    (E = 3.299, sd ~1.1) over 20,000 rounds of scenario seed 1 have SEs of 0.21% and 0.24%, so a
+    5% error is >= 20 SE away while a correct simulator passes the 3-SE tolerance with
+    probability 99.7% per check. (The engine's round time is the slowest arrival: that is
+    checked through run() by test_srpfl_round_times_match_order_statistics.)"""
+    import srpfl_variants as sv
+
+    from simfl import Streams
+
+    setting = next(s for s in sv.settings() if s.uniform_means)
+    fleet = sv.fleet(setting, sv.FLEET_SEED).with_redraw("round")
+    rounds = 20_000
+    devices = np.broadcast_to(np.arange(fleet.size), (rounds, fleet.size))
+    keys = np.broadcast_to(np.arange(rounds)[:, None], devices.shape)
+    draws = fleet.compute_draws(devices, round=keys, stage=0, streams=Streams(1))
+    theory = sv.theory_round_times(setting, sv.FLEET_SEED)
+    stats = (draws.max(axis=1), np.partition(draws, sv.N0 - 1, axis=1)[:, sv.N0 - 1])
+    for values, expected in zip(stats, theory, strict=True):
+        se = values.std(ddof=1) / math.sqrt(rounds)
+        assert se < sv.POWER_SE * expected
+        assert abs(values.mean() - expected) < sv.TOLERANCE_Z * se, (values.mean(), expected, se)
+
+
+def test_timing_status_is_powered_and_within_tolerance():
+    import srpfl_variants as sv
+
+    ok = {"theory baseline": 100.0, "theory stage-0": 10.0, "baseline SE": 0.5}
+    ok |= {"stage-0 SE": 0.05, "baseline z": -2.9, "stage-0 z": 1.0}
+    assert sv.timing_status(ok) == ("reproduced", "")
+    assert sv.timing_status({**ok, "baseline z": -3.0})[0] == "not reproduced"
+    weak = sv.timing_status({**ok, "stage-0 SE": 0.2})
+    assert weak[0] == "qualitative" and "not powered" in weak[1]
+
+
 def test_srpfl_variants_quick(tmp_path):
     body = quick("srpfl_variants", tmp_path)
     lin = {(r["setting"], r["target"]): r for r in body["linear"]}
@@ -139,6 +196,22 @@ def test_feddar_k_alpha_quick(tmp_path):
     # FedRep's floor falls as alpha -> 0 (single-domain clients); SA stays far below both
     assert rows[(0.1, 2)]["FedRep"] < rows[(10.0, 2)]["FedRep"] / 4
     assert max(rows[(0.1, 2)]["FedDAR-SA"], rows[(10.0, 2)]["FedDAR-SA"]) < 1e-3
+    # FedDAR-SA's step is chosen per k on the tuning grid (quick grid), from the tuning seed
+    import feddar_k_alpha
+
+    assert set(body["sa_step_by_k"]) == {"1", "2"} and body["tuning_seed"] == 1000
+    assert set(body["sa_step_by_k"].values()) <= set(feddar_k_alpha.QUICK_STEP_GRID)
+
+
+def test_feddar_k_alpha_full_size_steps_follow_the_rule():
+    """The full-size file: the per-k rule gives feddar.py's step 1.0 back at k = 2 (the rule is
+    the one the k = 2 step came from), and a step of the grid at every k."""
+    import feddar_k_alpha
+
+    body = json.loads((_common.RESULTS / "feddar_k_alpha.json").read_text())
+    steps = body["numbers"]["sa_step_by_k"]
+    assert steps["2"] == 1.0
+    assert set(steps) == {"1", "2", "4"} and set(steps.values()) <= set(feddar_k_alpha.STEP_GRID)
 
 
 def test_fedmavg_iid_m_quick(tmp_path):
