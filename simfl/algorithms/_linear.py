@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_choice, check_int
-from simfl.algorithms.base import ClientMetrics
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.linear import LinearModel, LinearTask, ridge_solve
@@ -27,6 +28,50 @@ def per_client(data: Any, model: LinearModel) -> ClientMetrics | None:
         return None
     out: ClientMetrics = evaluate_clients(model)
     return out
+
+
+def job_samples(data: Any, clients: IntArray, keys: Sequence[int]) -> tuple[Array, Array] | None:
+    """The training samples of asynchronous jobs: row ``i`` is ``clients[i]``'s at ``keys[i]``.
+
+    Each row equals the task's ``train_batch(clients[i:i + 1], keys[i])`` to the last bit
+    (the task data's ``job_batch``); ``None`` where the data cannot draw them per job (the
+    algorithm then computes one job at a time).
+    """
+    job_batch = getattr(data, "job_batch", None)
+    if job_batch is None:
+        return None
+    samples: tuple[Array, Array] = job_batch(clients, np.asarray(keys, dtype=np.int64))
+    return samples
+
+
+def split_jobs(
+    alg: Algorithm[Any],
+    alone: Sequence[int],
+    states: Sequence[Any],
+    data: Any,
+    clients: IntArray,
+    keys: Sequence[int],
+    streams: Streams,
+) -> Updates:
+    """``alg.job_updates`` with the jobs ``alone`` (indices) computed one at a time.
+
+    The other jobs are batched by ``alg.job_updates``; the rows come back in job order.
+    """
+    single = set(alone)
+    rest = [i for i in range(len(states)) if i not in single]
+    parts = [
+        Algorithm.job_updates(
+            alg, [states[i] for i in alone], data, clients[alone], [keys[i] for i in alone], streams
+        )
+    ]
+    if rest:
+        parts.append(
+            alg.job_updates(
+                [states[i] for i in rest], data, clients[rest], [keys[i] for i in rest], streams
+            )
+        )
+    order = np.array(list(alone) + rest, dtype=np.int64)
+    return Updates.concat(parts).take(np.argsort(order, kind="stable"))
 
 
 def check_linear_task(owner: str, task: Task | None) -> None:

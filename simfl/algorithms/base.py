@@ -217,8 +217,10 @@ class Algorithm(ABC, Generic[StateT]):
         asynchronous runs compute an aggregation's updates this way. Default: one
         :meth:`local_updates` call per job, which any algorithm can do exactly. An algorithm
         whose updates are the same to the last bit whatever batch computes them may batch
-        them here (:class:`~simfl.algorithms.TimingOnly` does; the linear algorithms do not:
-        their stacked matrix products differ in the last bits with the batch size).
+        them here (:class:`~simfl.algorithms.TimingOnly` does, and the linear FedRep and
+        FedAvg: they take every product per job, as a stack of one-job products, since a
+        product across the jobs, e.g. one matrix for the whole cohort, rounds differently
+        from the one-job product in the last bits).
         """
         parts = [
             self.local_updates(state, data, clients[i : i + 1], key, streams)

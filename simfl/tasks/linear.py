@@ -230,6 +230,32 @@ class LinearRepresentationData:
             return self._batch("data/train", clients, round, self.samples_per_client, True)
         return self._batch("data/fixed", clients, 0, self.samples_per_client, True)
 
+    def job_batch(self, clients: IntArray, rounds: IntArray) -> tuple[Array, Array]:
+        """The training samples of jobs, each with its own round key: ``(C, m, d)``, ``(C, m)``.
+
+        Row ``i`` equals ``train_batch(clients[i:i + 1], rounds[i])`` to the last bit: every
+        product is taken per job (a stack of one-job products), never across the jobs, so the
+        rows do not depend on which jobs share the call (asynchronous updates, batched).
+        """
+        m = self.samples_per_client
+        keys = np.asarray(rounds, dtype=np.int64)
+        if self.spec.fresh_samples:
+            return self._job_batch("data/train", clients, keys, m)
+        return self._job_batch("data/fixed", clients, np.zeros_like(keys), m)
+
+    def _job_batch(
+        self, purpose: str, clients: IntArray, keys: IntArray, m: int
+    ) -> tuple[Array, Array]:
+        """:meth:`_batch` (with noise) of one client per key, one product per job."""
+        c, key = clients[:, None, None], keys[:, None, None]
+        x = self.streams.normal(purpose + "/x", c, key, np.arange(m * self.d).reshape(1, m, self.d))
+        theta = self.heads(clients)[:, None, :] @ self.b_star.T  # (C, 1, d): B* w_i*, per job
+        y = (x @ theta.transpose(0, 2, 1))[:, :, 0]
+        if self.spec.noise_std > 0:
+            z = self.streams.normal(purpose + "/z", c[:, :, 0], key[:, :, 0], np.arange(m)[None, :])
+            y = y + self.spec.noise_std * z
+        return x, y
+
     def init_batch(self, clients: IntArray) -> tuple[Array, Array]:
         """Samples for an initialisation step (e.g. method of moments), independent of rounds.
 
