@@ -17,9 +17,11 @@ import pytest
 
 from simfl import Fleet, Results, Scenario, algorithms, dists, policies, run, tasks
 from simfl.algorithms.base import Algorithm, Updates
+from simfl.algorithms.mixing import BufferedMix
 from simfl.policies import FedAsync, FedBuff
 from simfl.rng import Streams
-from simfl.tasks.linear import LinearRepresentationData
+from simfl.tasks import linear
+from simfl.tasks.linear import JobSamples, LinearRepresentationData
 
 TASKS = {
     "fresh": tasks.LinearRepresentation(d=20, k=2, samples_per_client=10),
@@ -172,9 +174,18 @@ def test_runs_equal_the_one_job_at_a_time_runs(
         rows.append(len(clients))
         return job_batch(self, clients, keys)
 
+    caches: list[JobSamples] = []
+    prefetch = JobSamples.prefetch
+
+    def prefetch_spy(self: JobSamples, *args: Any) -> None:
+        caches.append(self)
+        prefetch(self, *args)
+
     monkeypatch.setattr(type(alg), "job_updates", spy)
     monkeypatch.setattr(LinearRepresentationData, "job_batch", batch_spy)
+    monkeypatch.setattr(JobSamples, "prefetch", prefetch_spy)
     fast = run(sc, progress=False)
+    assert caches and caches[0].hits > caches[0].misses  # samples were drawn ahead
     assert max(calls) == policy.buffer()  # a whole buffer in one call
     if policy.buffer() > 1:  # ... computed batched, not one job at a time
         assert max(rows) > 1 and sum(rows) > sum(calls) // 2
@@ -190,3 +201,68 @@ def test_other_linear_tasks_run_identically(name: str) -> None:
     sc = _scenario(TASKS[name], ALGORITHMS["fedrep"], FedBuff(buffer_size=4, concurrency=12), 0.1)
     sc = dataclasses.replace(sc, rounds=25)
     _frames_equal(run(sc, progress=False), run(sc, progress=False, batched=False))
+
+
+@pytest.mark.parametrize("shape", [(20, 2), (7,), (), (1,), (5, 1), (2, 1, 3)], ids=repr)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_buffered_mix_adds_row_after_row_as_sum_does(shape: tuple[int, ...], dtype: Any) -> None:
+    """FedBuff's mix in one pass equals the Python ``sum`` of the weighted deltas, bit for bit.
+
+    Magnitudes spread over 16 decades make the order of the additions show; scalar
+    parameters with 8+ rows are where a numpy reduction would add pairwise; all-``-0.0``
+    deltas check the ``0 + t_0`` start.
+    """
+    rng = np.random.default_rng(len(shape))
+    for size in (1, 2, 9, 33):
+        spread = 10.0 ** rng.integers(-8, 8, size=(size, *shape))
+        rows = (rng.normal(size=(size, *shape)) * spread).astype(dtype)
+        bases = [rng.normal(size=shape).astype(dtype) for _ in range(size)]
+        w = rng.random(size)
+        cases = [(rows, bases), (np.full_like(rows, -0.0), [np.zeros(shape, dtype)] * size)]
+        for r, b in cases:
+            current = {"p": np.ones(shape, dtype)}
+            got = BufferedMix(w, 0.5).apply(
+                current, Updates(np.arange(size), {"p": r}), [{"p": v} for v in b]
+            )["p"]
+            delta = sum(w[i] * (r[i] - b[i]) for i in range(size))
+            want = np.asarray(current["p"] + 0.5 * delta)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert got.tobytes() == want.tobytes(), size
+
+
+def test_job_samples_hand_out_the_prefetched_rows_and_draw_the_rest() -> None:
+    """Rows drawn ahead (the last two prefetches) are the rows a direct draw gives."""
+    data = TASKS["fresh"].build(50, Streams(2))
+    drawn: list[int] = []
+
+    def draw(clients: Any, keys: Any) -> Any:
+        drawn.append(len(clients))
+        return data.job_batch(clients, keys)
+
+    cache = JobSamples(draw)
+    blocks = [
+        (np.arange(0, 20, dtype=np.int64), np.full(20, 1, dtype=np.int64)),
+        (np.arange(20, 40, dtype=np.int64), np.full(20, 1, dtype=np.int64)),
+        (np.arange(0, 10, dtype=np.int64), np.full(10, 2, dtype=np.int64)),
+    ]
+    for clients, keys in blocks:
+        cache.prefetch(clients, keys, row_floats=200)
+    assert drawn == [20, 20, 10]
+    # block 1 and 2 are kept, block 0 is not: (5, 1) is drawn again, with a job never fetched
+    clients = np.array([25, 3, 5, 39, 44], dtype=np.int64)
+    keys = np.array([1, 2, 1, 1, 7], dtype=np.int64)
+    x, y = cache.take(clients, keys)
+    assert drawn[3:] == [2] and (cache.hits, cache.misses) == (3, 2)
+    want_x, want_y = data.job_batch(clients, keys)
+    assert x.tobytes() == want_x.tobytes() and y.tobytes() == want_y.tobytes()
+    x_hit, _ = cache.take(clients[:2], keys[:2])  # all drawn ahead: nothing drawn
+    assert len(drawn) == 4 and x_hit.tobytes() == want_x[:2].tobytes()
+
+
+def test_job_samples_prefetch_at_most_ahead_floats(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linear, "AHEAD_FLOATS", 1000)
+    sizes: list[int] = []
+    cache = JobSamples(lambda c, k: (sizes.append(len(c)), (np.zeros((len(c), 2)),) * 2)[1])
+    cache.prefetch(np.arange(50, dtype=np.int64), np.zeros(50, dtype=np.int64), row_floats=300)
+    cache.prefetch(np.arange(0, dtype=np.int64), np.zeros(0, dtype=np.int64), row_floats=300)
+    assert sizes == [3]

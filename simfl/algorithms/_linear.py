@@ -44,6 +44,13 @@ def job_samples(data: Any, clients: IntArray, keys: Sequence[int]) -> tuple[Arra
     return samples
 
 
+def prefetch_jobs(data: Any, clients: IntArray, keys: IntArray) -> None:
+    """Let the task data draw the samples of jobs about to start, if it can (``prefetch``)."""
+    prefetch = getattr(data, "prefetch", None)
+    if prefetch is not None:
+        prefetch(clients, keys)
+
+
 def split_jobs(
     alg: Algorithm[Any],
     alone: Sequence[int],

@@ -228,6 +228,14 @@ class Algorithm(ABC, Generic[StateT]):
         ]
         return Updates.concat(parts) if len(parts) > 1 else parts[0]
 
+    def prepare_jobs(self, data: Any, clients: NDArray[np.int64], keys: NDArray[np.int64]) -> None:
+        """Hint: jobs of ``clients`` with data keys ``keys`` are about to start.
+
+        Their updates will be asked of :meth:`job_updates` later (from model versions not
+        known yet); an algorithm may draw their data ahead here, in one batch (the linear
+        algorithms do), but must not change any number. Default: nothing.
+        """
+
     def job_steps(self, state: StateT, clients: NDArray[np.int64]) -> NDArray[np.float64]:
         """Local steps of each client's full job, each taking an equal share of its compute.
 

@@ -48,6 +48,7 @@ from simfl.algorithms._linear import (
     initial_representation,
     job_samples,
     per_client,
+    prefetch_jobs,
     solve_heads,
     split_jobs,
 )
@@ -146,6 +147,11 @@ class FedRep(Algorithm[FedRepState]):
         steps: NDArray[np.float64],
     ) -> Updates:
         return self._train(state, data, clients, round, np.asarray(steps, dtype=np.int64))
+
+    def prepare_jobs(  # noqa: D102
+        self, data: LinearRepresentationData, clients: NDArray[np.int64], keys: NDArray[np.int64]
+    ) -> None:
+        prefetch_jobs(data, clients, keys)
 
     def job_updates(
         self,

@@ -218,12 +218,21 @@ class PlannedAsyncLoop:
     def _next_block(self, n: int) -> _Block:
         """Draw the block of job numbers from ``n``; make room for its jobs' end fields."""
         block = self.block = _Block(self.run, self.policy, self.job_index, n, BLOCK)
+        self._prepare(block)
         self.win = (-1, 0, 0, 0)
         size = len(block.devices)
         self.status += [CANCELLED] * size
         self.t_end += [math.nan] * size
         self.staleness += [math.nan] * size
         return block
+
+    def _prepare(self, block: _Block) -> None:
+        """Tell the algorithm the block's jobs (it may draw their data ahead, in one batch)."""
+        if not self.inert:
+            run = self.run
+            devices = np.array(block.devices, dtype=np.int64)
+            keys = np.array(block.keys, dtype=np.int64)
+            run.algorithm.prepare_jobs(run.data, devices, keys)
 
     def launch(self, now: float) -> None:
         """Start jobs at ``now`` until ``concurrency`` are in flight."""

@@ -55,7 +55,7 @@ from scipy.special import gammaincinv
 
 from simfl._checks import check_bool, check_int, check_real
 from simfl.rng import Streams
-from simfl.tasks.linear import LinearModel, LinearTask, principal_angle_distance
+from simfl.tasks.linear import JobSamples, LinearModel, LinearTask, principal_angle_distance
 
 __all__ = ["DomainMixture", "DomainMixtureData", "DomainModel"]
 
@@ -173,6 +173,7 @@ class DomainMixtureData:
         self._test: tuple[Array, Array, IntArray] | None = None
         self._totals: Array | None = None
         self._mixtures: Array | None = None
+        self._ahead = JobSamples(self._draw_jobs)
 
     # ------------------------------------------------------------------ the LinearTask interface
     @property
@@ -283,12 +284,19 @@ class DomainMixtureData:
         Row ``i`` equals ``train_batch(clients[i:i + 1], rounds[i])`` to the last bit
         (asynchronous updates, batched).
         """
+        return self._ahead.take(clients, self._job_keys(rounds))
+
+    def prefetch(self, clients: IntArray, rounds: IntArray) -> None:
+        """Draw the samples of jobs about to start, for :meth:`job_batch` (numbers unchanged)."""
+        self._ahead.prefetch(clients, self._job_keys(rounds), self.samples_per_client * self.d)
+
+    def _job_keys(self, rounds: IntArray) -> IntArray:
         keys = np.asarray(rounds, dtype=np.int64)
-        if self.spec.fresh_samples:
-            purpose, key = "dm/train", keys
-        else:
-            purpose, key = "dm/fixed", np.zeros_like(keys)
-        x, y, _ = self._batch(purpose, clients, key, self.samples_per_client, True)
+        return keys if self.spec.fresh_samples else np.zeros_like(keys)
+
+    def _draw_jobs(self, clients: IntArray, keys: IntArray) -> tuple[Array, Array]:
+        purpose = "dm/train" if self.spec.fresh_samples else "dm/fixed"
+        x, y, _ = self._batch(purpose, clients, keys, self.samples_per_client, True)
         return x, y
 
     def init_batch(self, clients: IntArray) -> tuple[Array, Array]:
