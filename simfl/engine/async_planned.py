@@ -23,7 +23,10 @@ What makes it fast:
   (the aggregation rows' byte counts are filled in then);
 * updates: an aggregation's updates are computed in one call,
   :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
-  reference computes them; batched where an algorithm's numbers do not depend on the batch);
+  reference computes them; batched where an algorithm's numbers do not depend on the batch,
+  as the linear algorithms' per-job products do); the jobs of every block are announced to
+  the algorithm (:meth:`~simfl.algorithms.Algorithm.prepare_jobs`), which may draw their data
+  ahead in one batch (their devices and keys are known before their model versions);
   an :attr:`~simfl.algorithms.Algorithm.inert` algorithm's (timing only) are neither computed
   nor mixed: its aggregation would change neither the state nor the row.
 
