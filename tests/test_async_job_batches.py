@@ -266,3 +266,20 @@ def test_job_samples_prefetch_at_most_ahead_floats(monkeypatch: pytest.MonkeyPat
     cache.prefetch(np.arange(50, dtype=np.int64), np.zeros(50, dtype=np.int64), row_floats=300)
     cache.prefetch(np.arange(0, dtype=np.int64), np.zeros(0, dtype=np.int64), row_floats=300)
     assert sizes == [3]
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailingHint(algorithms.FedRep):
+    """FedRep whose ``prepare_jobs`` hint raises (the run must not notice)."""
+
+    def prepare_jobs(self, data: Any, clients: Any, keys: Any) -> None:
+        raise RuntimeError("no samples ahead today")
+
+
+def test_a_failing_prepare_jobs_changes_nothing() -> None:
+    policy = FedBuff(buffer_size=3, concurrency=9)
+    sc = _scenario(TASKS["fresh"], ALGORITHMS["fedrep"], policy, 0.1)
+    failing = dataclasses.replace(sc, algorithm=_FailingHint(local_steps=3, step_size=0.1))
+    res = run(failing, progress=False)
+    assert res.meta["status"] == "ok"
+    _frames_equal(res, run(sc, progress=False))

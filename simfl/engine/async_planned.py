@@ -36,6 +36,7 @@ SimPy process and creates no events).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from collections.abc import Generator
@@ -230,11 +231,17 @@ class PlannedAsyncLoop:
         return block
 
     def _prepare(self, block: _Block) -> None:
-        """Tell the algorithm the block's jobs (it may draw their data ahead, in one batch)."""
-        if not self.inert:
-            run = self.run
-            devices = np.array(block.devices, dtype=np.int64)
-            keys = np.array(block.keys, dtype=np.int64)
+        """Tell the algorithm the block's jobs (it may draw their data ahead, in one batch).
+
+        Only a hint: if it fails, the same work fails again in ``job_updates``, where the
+        aggregation records the failure (the run does not crash here).
+        """
+        if self.inert:
+            return
+        run = self.run
+        devices = np.array(block.devices, dtype=np.int64)
+        keys = np.array(block.keys, dtype=np.int64)
+        with contextlib.suppress(Exception):  # a hint: nothing computed is lost
             run.algorithm.prepare_jobs(run.data, devices, keys)
 
     def launch(self, now: float) -> None:
