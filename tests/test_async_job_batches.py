@@ -84,6 +84,21 @@ def test_job_updates_equal_one_job_at_a_time(task: Any, alg: Algorithm[Any], siz
     assert_rows_equal(alone, got.take(slice(0, half)))
 
 
+@pytest.mark.parametrize("alg", list(ALGORITHMS.values()), ids=list(ALGORITHMS))
+@pytest.mark.parametrize("start", [True, False], ids=["start-state", "later-state"])
+def test_one_state_batches_equal_one_job_at_a_time(alg: Algorithm[Any], start: bool) -> None:
+    """Jobs all from one state: the start (a non-contiguous view for FedRep) or a later one."""
+    streams = Streams(4)
+    data = TASKS["fresh"].build(30, streams)
+    state = versions(alg, data, streams, 2)[0 if start else 1]
+    if start and isinstance(alg, algorithms.FedRep):
+        assert not state.representation.flags.c_contiguous  # the case this test is about
+    clients = np.arange(12, dtype=np.int64)
+    keys = list(range(12))
+    got = alg.job_updates([state] * 12, data, clients, keys, streams)
+    assert_rows_equal(got, one_at_a_time(alg, [state] * 12, data, clients, keys, streams))
+
+
 @pytest.mark.parametrize("task", list(TASKS.values()), ids=list(TASKS))
 def test_job_batch_rows_are_the_one_client_train_batches(task: Any) -> None:
     """``job_batch`` row ``i`` is ``train_batch`` of that one client at its own key."""

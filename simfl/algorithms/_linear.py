@@ -51,34 +51,59 @@ def prefetch_jobs(data: Any, clients: IntArray, keys: IntArray) -> None:
         prefetch(clients, keys)
 
 
+def stack_like(arrays: Sequence[Array]) -> Array | None:
+    """``arrays`` as one ``(C, ...)`` stack whose items keep each array's memory layout.
+
+    The layout decides whether numpy's products of an item take BLAS or its own loops (a
+    non-contiguous matrix, such as the method-of-moments start, a reversed view, takes the
+    loops), which changes the last bits. One array repeated: a broadcast view of it (its own
+    strides); C-contiguous arrays: a contiguous stack; otherwise ``None`` (split the batch,
+    :func:`split_jobs`).
+    """
+    first = arrays[0]
+    if all(a is first for a in arrays):
+        return np.broadcast_to(first, (len(arrays), *first.shape))
+    if all(a.flags.c_contiguous for a in arrays):
+        return np.stack(arrays)
+    return None
+
+
 def split_jobs(
     alg: Algorithm[Any],
-    alone: Sequence[int],
+    groups: Sequence[Sequence[int]],
     states: Sequence[Any],
     data: Any,
     clients: IntArray,
     keys: Sequence[int],
     streams: Streams,
 ) -> Updates:
-    """``alg.job_updates`` with the jobs ``alone`` (indices) computed one at a time.
-
-    The other jobs are batched by ``alg.job_updates``; the rows come back in job order.
-    """
-    single = set(alone)
-    rest = [i for i in range(len(states)) if i not in single]
+    """``alg.job_updates`` computed group by group (indices of the jobs); rows in job order."""
     parts = [
-        Algorithm.job_updates(
-            alg, [states[i] for i in alone], data, clients[alone], [keys[i] for i in alone], streams
+        alg.job_updates(
+            [states[i] for i in group],
+            data,
+            clients[list(group)],
+            [keys[i] for i in group],
+            streams,
         )
+        for group in groups
     ]
-    if rest:
-        parts.append(
-            alg.job_updates(
-                [states[i] for i in rest], data, clients[rest], [keys[i] for i in rest], streams
-            )
-        )
-    order = np.array(list(alone) + rest, dtype=np.int64)
+    order = np.array([i for group in groups for i in group], dtype=np.int64)
     return Updates.concat(parts).take(np.argsort(order, kind="stable"))
+
+
+def layout_groups(arrays: Sequence[Array]) -> list[list[int]]:
+    """Indices of ``arrays`` in groups :func:`stack_like` can stack.
+
+    The C-contiguous ones together, then each other array (by identity) with its repeats.
+    """
+    contiguous = [i for i, a in enumerate(arrays) if a.flags.c_contiguous]
+    groups = [contiguous] if contiguous else []
+    by_id: dict[int, list[int]] = {}
+    for i, a in enumerate(arrays):
+        if not a.flags.c_contiguous:
+            by_id.setdefault(id(a), []).append(i)
+    return groups + list(by_id.values())
 
 
 def check_linear_task(owner: str, task: Task | None) -> None:

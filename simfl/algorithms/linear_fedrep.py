@@ -47,10 +47,12 @@ from simfl.algorithms._linear import (
     check_linear_task,
     initial_representation,
     job_samples,
+    layout_groups,
     per_client,
     prefetch_jobs,
     solve_heads,
     split_jobs,
+    stack_like,
 )
 from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.algorithms.fednova import fednova, local_steps_done
@@ -168,18 +170,20 @@ class FedRep(Algorithm[FedRepState]):
         equals ``local_updates(states[i], data, clients[i:i + 1], keys[i], streams)`` to the
         last bit whatever jobs share the call.
 
-        A representation that is not C-contiguous (the method-of-moments start is a reversed
-        view) takes numpy's loops instead of BLAS in the one-job products; the jobs from such
-        a state are computed one at a time, as the reference does.
+        Each job's representation keeps its memory layout in the stack (:func:`stack_like`):
+        a non-contiguous one (the method-of-moments start is a reversed view) takes numpy's
+        loops instead of BLAS, as in the one-job call; a batch that mixes such a state with
+        others is computed group by group.
         """
-        loose = [i for i, s in enumerate(states) if not s.representation.flags.c_contiguous]
-        if loose:
-            return split_jobs(self, loose, states, data, clients, keys, streams)
+        reps = [s.representation for s in states]
+        bases = stack_like(reps)
+        if bases is None:
+            groups = layout_groups(reps)
+            return split_jobs(self, groups, states, data, clients, keys, streams)
         samples = job_samples(data, clients, keys)
         if samples is None:
             return super().job_updates(states, data, clients, keys, streams)
         x, y = samples
-        bases = np.stack([s.representation for s in states])  # (C, d, k)
         heads = solve_heads(x, y, bases)
         theta = bases @ heads[:, :, None]  # (C, d, 1): B_i w_i, one product per job
         return self._descend(x, y, bases, heads, theta, clients, None)
