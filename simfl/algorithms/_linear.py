@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_choice, check_int
-from simfl.algorithms.base import ClientMetrics
+from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 from simfl.tasks.linear import LinearModel, LinearTask, ridge_solve
@@ -27,6 +28,82 @@ def per_client(data: Any, model: LinearModel) -> ClientMetrics | None:
         return None
     out: ClientMetrics = evaluate_clients(model)
     return out
+
+
+def job_samples(data: Any, clients: IntArray, keys: Sequence[int]) -> tuple[Array, Array] | None:
+    """The training samples of asynchronous jobs: row ``i`` is ``clients[i]``'s at ``keys[i]``.
+
+    Each row equals the task's ``train_batch(clients[i:i + 1], keys[i])`` to the last bit
+    (the task data's ``job_batch``); ``None`` where the data cannot draw them per job (the
+    algorithm then computes one job at a time).
+    """
+    job_batch = getattr(data, "job_batch", None)
+    if job_batch is None:
+        return None
+    samples: tuple[Array, Array] = job_batch(clients, np.asarray(keys, dtype=np.int64))
+    return samples
+
+
+def prefetch_jobs(data: Any, clients: IntArray, keys: IntArray) -> None:
+    """Let the task data draw the samples of jobs about to start, if it can (``prefetch``)."""
+    prefetch = getattr(data, "prefetch", None)
+    if prefetch is not None:
+        prefetch(clients, keys)
+
+
+def stack_like(arrays: Sequence[Array]) -> Array | None:
+    """``arrays`` as one ``(C, ...)`` stack whose items keep each array's memory layout.
+
+    The layout decides whether numpy's products of an item take BLAS or its own loops (a
+    non-contiguous matrix, such as the method-of-moments start, a reversed view, takes the
+    loops), which changes the last bits. One array repeated: a broadcast view of it (its own
+    strides); C-contiguous arrays: a contiguous stack; otherwise ``None`` (split the batch,
+    :func:`split_jobs`).
+    """
+    first = arrays[0]
+    if all(a is first for a in arrays):
+        return np.broadcast_to(first, (len(arrays), *first.shape))
+    if all(a.flags.c_contiguous for a in arrays):
+        return np.stack(arrays)
+    return None
+
+
+def split_jobs(
+    alg: Algorithm[Any],
+    groups: Sequence[Sequence[int]],
+    states: Sequence[Any],
+    data: Any,
+    clients: IntArray,
+    keys: Sequence[int],
+    streams: Streams,
+) -> Updates:
+    """``alg.job_updates`` computed group by group (indices of the jobs); rows in job order."""
+    parts = [
+        alg.job_updates(
+            [states[i] for i in group],
+            data,
+            clients[list(group)],
+            [keys[i] for i in group],
+            streams,
+        )
+        for group in groups
+    ]
+    order = np.array([i for group in groups for i in group], dtype=np.int64)
+    return Updates.concat(parts).take(np.argsort(order, kind="stable"))
+
+
+def layout_groups(arrays: Sequence[Array]) -> list[list[int]]:
+    """Indices of ``arrays`` in groups :func:`stack_like` can stack.
+
+    The C-contiguous ones together, then each other array (by identity) with its repeats.
+    """
+    contiguous = [i for i, a in enumerate(arrays) if a.flags.c_contiguous]
+    groups = [contiguous] if contiguous else []
+    by_id: dict[int, list[int]] = {}
+    for i, a in enumerate(arrays):
+        if not a.flags.c_contiguous:
+            by_id.setdefault(id(a), []).append(i)
+    return groups + list(by_id.values())
 
 
 def check_linear_task(owner: str, task: Task | None) -> None:

@@ -217,14 +217,24 @@ class Algorithm(ABC, Generic[StateT]):
         asynchronous runs compute an aggregation's updates this way. Default: one
         :meth:`local_updates` call per job, which any algorithm can do exactly. An algorithm
         whose updates are the same to the last bit whatever batch computes them may batch
-        them here (:class:`~simfl.algorithms.TimingOnly` does; the linear algorithms do not:
-        their stacked matrix products differ in the last bits with the batch size).
+        them here (:class:`~simfl.algorithms.TimingOnly` does, and the linear FedRep and
+        FedAvg: they take every product per job, as a stack of one-job products, since a
+        product across the jobs, e.g. one matrix for the whole cohort, rounds differently
+        from the one-job product in the last bits).
         """
         parts = [
             self.local_updates(state, data, clients[i : i + 1], key, streams)
             for i, (state, key) in enumerate(zip(states, keys, strict=True))
         ]
         return Updates.concat(parts) if len(parts) > 1 else parts[0]
+
+    def prepare_jobs(self, data: Any, clients: NDArray[np.int64], keys: NDArray[np.int64]) -> None:
+        """Hint: jobs of ``clients`` with data keys ``keys`` are about to start.
+
+        Their updates will be asked of :meth:`job_updates` later (from model versions not
+        known yet); an algorithm may draw their data ahead here, in one batch (the linear
+        algorithms do), but must not change any number. Default: nothing.
+        """
 
     def job_steps(self, state: StateT, clients: NDArray[np.int64]) -> NDArray[np.float64]:
         """Local steps of each client's full job, each taking an equal share of its compute.

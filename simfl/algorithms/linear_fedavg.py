@@ -25,6 +25,7 @@ over-weights the clients that did more steps (the objective inconsistency FedNov
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,7 +37,9 @@ from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
     initial_representation,
+    job_samples,
     per_client,
+    prefetch_jobs,
     solve_heads,
 )
 from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
@@ -134,6 +137,34 @@ class FedAvg(Algorithm[FedAvgState]):
     ) -> Updates:
         return self._train(state, data, clients, round, np.asarray(steps, dtype=np.int64))
 
+    def prepare_jobs(  # noqa: D102
+        self, data: LinearRepresentationData, clients: NDArray[np.int64], keys: NDArray[np.int64]
+    ) -> None:
+        prefetch_jobs(data, clients, keys)
+
+    def job_updates(
+        self,
+        states: Sequence[FedAvgState],
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        keys: Sequence[int],
+        streams: Streams,
+    ) -> Updates:
+        """The updates of asynchronous jobs in one call, each from its own model.
+
+        Every product is taken per job (the samples of the task's ``job_batch``, then the
+        same stacked steps as :meth:`local_updates`), so row ``i`` equals
+        ``local_updates(states[i], data, clients[i:i + 1], keys[i], streams)`` to the last
+        bit whatever jobs share the call.
+        """
+        samples = job_samples(data, clients, keys)
+        if samples is None:
+            return super().job_updates(states, data, clients, keys, streams)
+        x, y = samples
+        b = np.stack([s.representation for s in states])  # (C, d, k)
+        w = np.stack([s.head for s in states])  # (C, k)
+        return self._descend(x, y, b, w, clients, None)
+
     def _train(
         self,
         state: FedAvgState,
@@ -144,11 +175,23 @@ class FedAvg(Algorithm[FedAvgState]):
     ) -> Updates:
         """``local_steps`` joint steps per client (client ``i`` stops after ``steps[i]``)."""
         x, y = data.train_batch(clients, round)
-        m = data.samples_per_client
         c = clients.size
         b = np.broadcast_to(state.representation, (c, *state.representation.shape)).copy()
         w = np.broadcast_to(state.head, (c, state.head.size)).copy()
-        loss = np.zeros(c)
+        return self._descend(x, y, b, w, clients, steps)
+
+    def _descend(
+        self,
+        x: Array,
+        y: Array,
+        b: Array,
+        w: Array,
+        clients: NDArray[np.int64],
+        steps: NDArray[np.int64] | None,
+    ) -> Updates:
+        """The joint steps from each client's own ``b`` ``(C, d, k)`` and ``w`` ``(C, k)``."""
+        m = x.shape[1]
+        loss = np.zeros(clients.size)
         for step in range(self.local_steps):
             xb = x @ b  # (C, m, k)
             residual = (xb @ w[:, :, None])[:, :, 0] - y  # (C, m)

@@ -34,6 +34,7 @@ of ``B`` (:mod:`simfl.algorithms.fednova`) before the QR.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,8 +46,13 @@ from simfl.algorithms._linear import (
     check_init,
     check_linear_task,
     initial_representation,
+    job_samples,
+    layout_groups,
     per_client,
+    prefetch_jobs,
     solve_heads,
+    split_jobs,
+    stack_like,
 )
 from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.algorithms.fednova import fednova, local_steps_done
@@ -144,6 +150,44 @@ class FedRep(Algorithm[FedRepState]):
     ) -> Updates:
         return self._train(state, data, clients, round, np.asarray(steps, dtype=np.int64))
 
+    def prepare_jobs(  # noqa: D102
+        self, data: LinearRepresentationData, clients: NDArray[np.int64], keys: NDArray[np.int64]
+    ) -> None:
+        prefetch_jobs(data, clients, keys)
+
+    def job_updates(
+        self,
+        states: Sequence[FedRepState],
+        data: LinearRepresentationData,
+        clients: NDArray[np.int64],
+        keys: Sequence[int],
+        streams: Streams,
+    ) -> Updates:
+        """The updates of asynchronous jobs in one call, each from its own representation.
+
+        Every product is taken per job (stacks of one-job products: the samples of the
+        task's ``job_batch``, the head solves, the steps), never across jobs, so row ``i``
+        equals ``local_updates(states[i], data, clients[i:i + 1], keys[i], streams)`` to the
+        last bit whatever jobs share the call.
+
+        Each job's representation keeps its memory layout in the stack (:func:`stack_like`):
+        a non-contiguous one (the method-of-moments start is a reversed view) takes numpy's
+        loops instead of BLAS, as in the one-job call; a batch that mixes such a state with
+        others is computed group by group.
+        """
+        reps = [s.representation for s in states]
+        bases = stack_like(reps)
+        if bases is None:
+            groups = layout_groups(reps)
+            return split_jobs(self, groups, states, data, clients, keys, streams)
+        samples = job_samples(data, clients, keys)
+        if samples is None:
+            return super().job_updates(states, data, clients, keys, streams)
+        x, y = samples
+        heads = solve_heads(x, y, bases)
+        theta = bases @ heads[:, :, None]  # (C, d, 1): B_i w_i, one product per job
+        return self._descend(x, y, bases, heads, theta, clients, None)
+
     def _train(
         self,
         state: FedRepState,
@@ -156,12 +200,29 @@ class FedRep(Algorithm[FedRepState]):
         b = state.representation
         x, y = data.train_batch(clients, round)
         heads = solve_heads(x, y, b)
-        m = data.samples_per_client
-        residual = (x @ (b @ heads.T).T[:, :, None])[:, :, 0] - y  # (C, m)
+        theta = (b @ heads.T).T[:, :, None]  # (C, d, 1): B w_i, one product for the cohort
+        return self._descend(x, y, b, heads, theta, clients, steps)
+
+    def _descend(
+        self,
+        x: Array,
+        y: Array,
+        b: Array,
+        heads: Array,
+        theta: Array,
+        clients: NDArray[np.int64],
+        steps: NDArray[np.int64] | None,
+    ) -> Updates:
+        """The steps on ``B`` from the exact ``heads`` and ``theta = B w_i`` of each client.
+
+        ``b`` is the cohort's ``(d, k)`` representation or one per client ``(C, d, k)``.
+        """
+        m = x.shape[1]
+        residual = (x @ theta)[:, :, 0] - y  # (C, m)
         loss = 0.5 * np.mean(residual**2, axis=1)
         xtr = x.transpose(0, 2, 1) @ residual[:, :, None]  # (C, d, 1)
         grad = (xtr @ heads[:, None, :]) / m  # (C, d, k)
-        bs = b[None, :, :] - self.step_size * grad
+        bs = b - self.step_size * grad
         for step in range(1, self.local_steps):
             residual = ((x @ bs) @ heads[:, :, None])[:, :, 0] - y
             grad = ((x.transpose(0, 2, 1) @ residual[:, :, None]) @ heads[:, None, :]) / m

@@ -78,9 +78,23 @@ class BufferedMix:
         params, w = updates.params, self.weights
         out = {}
         for k, x in current.items():
-            delta = sum(w[i] * (params[k][i] - bases[i][k]) for i in range(w.size))
-            out[k] = x + self.scale * delta
+            out[k] = x + self.scale * _weighted_sum(w, params[k], [b[k] for b in bases])
         return out
+
+
+def _weighted_sum(
+    w: NDArray[np.float64], rows: NDArray[Any], bases: Sequence[NDArray[Any]]
+) -> NDArray[Any]:
+    """``sum(w[i] * (rows[i] - bases[i]) for i ...)`` in one pass, to the last bit.
+
+    The terms are added row after row from 0, as Python's ``sum`` adds them: an
+    accumulation (never a reduction, which numpy may add pairwise), with ``0 + t_0`` first
+    (it turns a ``-0.0`` into ``0.0`` as ``sum`` does).
+    """
+    terms = w.reshape((-1,) + (1,) * (rows.ndim - 1)) * (rows - np.stack(bases))
+    terms[0] += 0.0
+    out: NDArray[Any] = np.add.accumulate(terms, axis=0)[-1]
+    return out
 
 
 @dataclass(frozen=True, eq=False)

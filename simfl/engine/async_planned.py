@@ -23,7 +23,10 @@ What makes it fast:
   (the aggregation rows' byte counts are filled in then);
 * updates: an aggregation's updates are computed in one call,
   :meth:`~simfl.algorithms.Algorithm.job_updates` (one job at a time by default, as the
-  reference computes them; batched where an algorithm's numbers do not depend on the batch);
+  reference computes them; batched where an algorithm's numbers do not depend on the batch,
+  as the linear algorithms' per-job products do); the jobs of every block are announced to
+  the algorithm (:meth:`~simfl.algorithms.Algorithm.prepare_jobs`), which may draw their data
+  ahead in one batch (their devices and keys are known before their model versions);
   an :attr:`~simfl.algorithms.Algorithm.inert` algorithm's (timing only) are neither computed
   nor mixed: its aggregation would change neither the state nor the row.
 
@@ -33,6 +36,7 @@ SimPy process and creates no events).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from collections.abc import Generator
@@ -218,12 +222,27 @@ class PlannedAsyncLoop:
     def _next_block(self, n: int) -> _Block:
         """Draw the block of job numbers from ``n``; make room for its jobs' end fields."""
         block = self.block = _Block(self.run, self.policy, self.job_index, n, BLOCK)
+        self._prepare(block)
         self.win = (-1, 0, 0, 0)
         size = len(block.devices)
         self.status += [CANCELLED] * size
         self.t_end += [math.nan] * size
         self.staleness += [math.nan] * size
         return block
+
+    def _prepare(self, block: _Block) -> None:
+        """Tell the algorithm the block's jobs (it may draw their data ahead, in one batch).
+
+        Only a hint: if it fails, the same work fails again in ``job_updates``, where the
+        aggregation records the failure (the run does not crash here).
+        """
+        if self.inert:
+            return
+        run = self.run
+        devices = np.array(block.devices, dtype=np.int64)
+        keys = np.array(block.keys, dtype=np.int64)
+        with contextlib.suppress(Exception):  # a hint: nothing computed is lost
+            run.algorithm.prepare_jobs(run.data, devices, keys)
 
     def launch(self, now: float) -> None:
         """Start jobs at ``now`` until ``concurrency`` are in flight."""

@@ -55,7 +55,7 @@ from scipy.special import gammaincinv
 
 from simfl._checks import check_bool, check_int, check_real
 from simfl.rng import Streams
-from simfl.tasks.linear import LinearModel, LinearTask, principal_angle_distance
+from simfl.tasks.linear import JobSamples, LinearModel, LinearTask, principal_angle_distance
 
 __all__ = ["DomainMixture", "DomainMixtureData", "DomainModel"]
 
@@ -63,6 +63,13 @@ Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 _CHUNK = 4096
 _CACHE_CLIENTS = 2**16
+
+
+def _keyed(key: int | IntArray, ndim: int) -> int | IntArray:
+    """A draw key for arrays of ``ndim`` axes: a scalar as is, one key per client on axis 0."""
+    if np.ndim(key) == 0:
+        return key
+    return np.asarray(key).reshape((-1,) + (1,) * (ndim - 1))
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ class DomainMixtureData:
         self._test: tuple[Array, Array, IntArray] | None = None
         self._totals: Array | None = None
         self._mixtures: Array | None = None
+        self._ahead = JobSamples(self._draw_jobs)
 
     # ------------------------------------------------------------------ the LinearTask interface
     @property
@@ -221,23 +229,30 @@ class DomainMixtureData:
             total[empty] = 1.0
         return np.asarray(gam / total)
 
-    def _domains(self, purpose: str, clients: IntArray, key: int, m: int) -> IntArray:
+    def _domains(self, purpose: str, clients: IntArray, key: int | IntArray, m: int) -> IntArray:
         cum = np.cumsum(self.mixtures(clients), axis=1)  # (C, M)
-        u = self.streams.uniform(purpose + "/z", clients[:, None], key, np.arange(m)[None, :])
+        u = self.streams.uniform(
+            purpose + "/z", clients[:, None], _keyed(key, 2), np.arange(m)[None, :]
+        )
         z = np.sum(u[:, :, None] > cum[:, None, :], axis=2, dtype=np.int64)
         return np.asarray(np.minimum(z, self.n_domains - 1), dtype=np.int64)
 
     def _batch(
-        self, purpose: str, clients: IntArray, key: int, m: int, noise: bool
+        self, purpose: str, clients: IntArray, key: int | IntArray, m: int, noise: bool
     ) -> tuple[Array, Array, IntArray]:
+        """Samples of ``clients`` at ``key`` (one key, or one per client), ``(X, y, z)``.
+
+        Every product is per client (a stack), so a client's rows do not depend on the batch.
+        """
         z = self._domains(purpose, clients, key, m)
         c = clients[:, None, None]
-        x = self.streams.normal(purpose + "/x", c, key, np.arange(m * self.d).reshape(1, m, self.d))
+        grid = np.arange(m * self.d).reshape(1, m, self.d)
+        x = self.streams.normal(purpose + "/x", c, _keyed(key, 3), grid)
         theta = self.domain_heads @ self.b_star.T  # (M, d)
         y = np.take_along_axis(x @ theta.T, z[:, :, None], axis=2)[:, :, 0]
         if noise and self.spec.noise_std > 0:
             e = self.streams.normal(
-                purpose + "/noise", clients[:, None], key, np.arange(m)[None, :]
+                purpose + "/noise", clients[:, None], _keyed(key, 2), np.arange(m)[None, :]
             )
             y = y + self.spec.noise_std * e
         return x, y, z
@@ -262,6 +277,27 @@ class DomainMixtureData:
         """:meth:`train_batch` and :meth:`train_domains` in one call: ``(X, y, z)``."""
         purpose, key = self._train_key(round)
         return self._batch(purpose, clients, key, self.samples_per_client, True)
+
+    def job_batch(self, clients: IntArray, rounds: IntArray) -> tuple[Array, Array]:
+        """The training samples of jobs, each with its own round key.
+
+        Row ``i`` equals ``train_batch(clients[i:i + 1], rounds[i])`` to the last bit
+        (asynchronous updates, batched).
+        """
+        return self._ahead.take(clients, self._job_keys(rounds))
+
+    def prefetch(self, clients: IntArray, rounds: IntArray) -> None:
+        """Draw the samples of jobs about to start, for :meth:`job_batch` (numbers unchanged)."""
+        self._ahead.prefetch(clients, self._job_keys(rounds), self.samples_per_client * self.d)
+
+    def _job_keys(self, rounds: IntArray) -> IntArray:
+        keys = np.asarray(rounds, dtype=np.int64)
+        return keys if self.spec.fresh_samples else np.zeros_like(keys)
+
+    def _draw_jobs(self, clients: IntArray, keys: IntArray) -> tuple[Array, Array]:
+        purpose = "dm/train" if self.spec.fresh_samples else "dm/fixed"
+        x, y, _ = self._batch(purpose, clients, keys, self.samples_per_client, True)
+        return x, y
 
     def init_batch(self, clients: IntArray) -> tuple[Array, Array]:
         """Samples for an initialisation step (the training set when the data are fixed)."""

@@ -27,6 +27,7 @@ Metrics
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,6 +39,7 @@ from simfl.rng import Streams
 from simfl.tasks.base import Task
 
 __all__ = [
+    "JobSamples",
     "LinearModel",
     "LinearRepresentation",
     "LinearRepresentationData",
@@ -83,6 +85,68 @@ def ridge_solve(x: Array, y: Array, ridge: float = 0.0) -> Array:
     xt = x.transpose(0, 2, 1)
     gram = xt @ x + ridge * np.eye(x.shape[2])
     return np.asarray(np.linalg.solve(gram, xt @ y[:, :, None])[:, :, 0])
+
+
+#: Most floats of samples :meth:`JobSamples.prefetch` draws ahead in one call.
+AHEAD_FLOATS = 2**19
+
+
+class JobSamples:
+    """Training samples of jobs, drawn ahead in large batches and handed out by job.
+
+    ``draw(clients, keys)`` gives the samples ``(X, y)`` of jobs (row ``i``: ``clients[i]``
+    at data key ``keys[i]``), each row the same whatever batch draws it. :meth:`prefetch`
+    draws the jobs an asynchronous run is about to start (their devices and keys are known
+    before their model versions are); :meth:`take` hands out those rows and draws the rest.
+    The rows of the last two prefetches are kept.
+
+    Attributes
+    ----------
+    hits, misses
+        Job rows :meth:`take` found drawn ahead, and drew itself.
+    """
+
+    def __init__(self, draw: Callable[[IntArray, IntArray], tuple[Array, Array]]) -> None:
+        self.draw = draw
+        self.hits = 0
+        self.misses = 0
+        self._index: dict[tuple[int, int], int] = {}  # job -> row of the kept samples
+        self._last: dict[tuple[int, int], int] = {}  # the last prefetch's jobs, from row 0
+        self._n_last = 0  # rows drawn by the last prefetch
+        self._x: Array | None = None
+        self._y: Array | None = None
+
+    def prefetch(self, clients: IntArray, keys: IntArray, row_floats: int) -> None:
+        """Draw the samples of jobs ``(clients[i], keys[i])`` (up to :data:`AHEAD_FLOATS`)."""
+        if clients.size == 0:
+            return
+        n = min(clients.size, max(1, AHEAD_FLOATS // max(1, row_floats)))
+        x, y = self.draw(clients[:n], keys[:n])
+        jobs = zip(clients[:n].tolist(), keys[:n].tolist(), strict=True)
+        last = {job: i for i, job in enumerate(jobs)}
+        if self._x is None or self._y is None:
+            self._x, self._y, self._index = x, y, dict(last)
+        else:  # the previous prefetch's rows (the last of the kept ones), then this one's
+            p = self._n_last
+            self._x = np.concatenate([self._x[-p:], x])
+            self._y = np.concatenate([self._y[-p:], y])
+            self._index = dict(self._last)
+            self._index.update({job: row + p for job, row in last.items()})
+        self._last, self._n_last = last, n
+
+    def take(self, clients: IntArray, keys: IntArray) -> tuple[Array, Array]:
+        """The samples of jobs ``(clients[i], keys[i])``, as ``draw`` gives them."""
+        get = self._index.get
+        rows = [get(job, -1) for job in zip(clients.tolist(), keys.tolist(), strict=True)]
+        missing = [i for i, row in enumerate(rows) if row < 0]
+        self.misses += len(missing)
+        self.hits += len(rows) - len(missing)
+        if self._x is None or self._y is None or len(missing) == len(rows):
+            return self.draw(clients, keys)
+        x, y = self._x[rows], self._y[rows]
+        if missing:
+            x[missing], y[missing] = self.draw(clients[missing], keys[missing])
+        return x, y
 
 
 class LinearTask(Task):
@@ -179,6 +243,7 @@ class LinearRepresentationData:
             self.eval_clients = np.sort(pick).astype(np.int64)
         self._fit: tuple[Array, Array] | None = None
         self._test: tuple[Array, Array] | None = None
+        self._ahead = JobSamples(self._draw_jobs)
 
     @property
     def d(self) -> int:
@@ -229,6 +294,40 @@ class LinearRepresentationData:
         if self.spec.fresh_samples:
             return self._batch("data/train", clients, round, self.samples_per_client, True)
         return self._batch("data/fixed", clients, 0, self.samples_per_client, True)
+
+    def job_batch(self, clients: IntArray, rounds: IntArray) -> tuple[Array, Array]:
+        """The training samples of jobs, each with its own round key: ``(C, m, d)``, ``(C, m)``.
+
+        Row ``i`` equals ``train_batch(clients[i:i + 1], rounds[i])`` to the last bit: every
+        product is taken per job (a stack of one-job products), never across the jobs, so the
+        rows do not depend on which jobs share the call (asynchronous updates, batched).
+        """
+        return self._ahead.take(clients, self._job_keys(rounds))
+
+    def prefetch(self, clients: IntArray, rounds: IntArray) -> None:
+        """Draw the samples of jobs about to start, for :meth:`job_batch` (numbers unchanged)."""
+        self._ahead.prefetch(clients, self._job_keys(rounds), self.samples_per_client * self.d)
+
+    def _job_keys(self, rounds: IntArray) -> IntArray:
+        keys = np.asarray(rounds, dtype=np.int64)
+        return keys if self.spec.fresh_samples else np.zeros_like(keys)
+
+    def _draw_jobs(self, clients: IntArray, keys: IntArray) -> tuple[Array, Array]:
+        purpose = "data/train" if self.spec.fresh_samples else "data/fixed"
+        return self._job_batch(purpose, clients, keys, self.samples_per_client)
+
+    def _job_batch(
+        self, purpose: str, clients: IntArray, keys: IntArray, m: int
+    ) -> tuple[Array, Array]:
+        """:meth:`_batch` (with noise) of one client per key, one product per job."""
+        c, key = clients[:, None, None], keys[:, None, None]
+        x = self.streams.normal(purpose + "/x", c, key, np.arange(m * self.d).reshape(1, m, self.d))
+        theta = self.heads(clients)[:, None, :] @ self.b_star.T  # (C, 1, d): B* w_i*, per job
+        y = (x @ theta.transpose(0, 2, 1))[:, :, 0]
+        if self.spec.noise_std > 0:
+            z = self.streams.normal(purpose + "/z", c[:, :, 0], key[:, :, 0], np.arange(m)[None, :])
+            y = y + self.spec.noise_std * z
+        return x, y
 
     def init_batch(self, clients: IntArray) -> tuple[Array, Array]:
         """Samples for an initialisation step (e.g. method of moments), independent of rounds.
