@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as nnf
 
+from simfl.neural import CNN, models
 from simfl.neural.kernels import conv_cols, pool2_relu
 
 
@@ -48,3 +49,17 @@ def test_conv_cols_refuses_an_input_that_needs_a_gradient():
     x = torch.zeros(1, 1, 6, 6, requires_grad=True)
     with pytest.raises(ValueError, match="conv_cols: the input must not need a gradient"):
         conv_cols(x, torch.zeros(2, 1, 3, 3), torch.zeros(2), 0)
+
+
+@pytest.mark.parametrize(("channels", "path"), [(1, "_ConvColsBackward"), (3, "Convolution")])
+def test_training_the_first_convolution_uses_im2col_on_one_channel_only(channels, path):
+    net = CNN.lenet5_classic().build((channels, 28, 28), 10)
+    p = net.init(torch.Generator().manual_seed(3))
+    layer = net.layers[0]
+    w = p["conv1.weight"].requires_grad_(True)
+    x = torch.randn(4, channels, 28, 28, generator=torch.Generator().manual_seed(4))
+    out = models._conv(layer, x, w, p["conv1.bias"])
+    assert path in out.grad_fn.name()
+    torch.testing.assert_close(out, nnf.conv2d(x, w, p["conv1.bias"], padding=2))
+    with torch.no_grad():  # evaluation: oneDNN's forward
+        assert models._conv(layer, x, w, p["conv1.bias"]).grad_fn is None

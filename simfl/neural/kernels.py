@@ -4,16 +4,19 @@ Profiling W2 (LeNet-5, one thread) showed two of PyTorch's CPU kernels far slowe
 arithmetic they do:
 
 * ``max_pool2d`` runs at a fraction of memory speed on the NCHW outputs of small
-  convolutions (most of W2's evaluation time); without a gradient to record,
+  convolutions (about half of W2's evaluation time); without a gradient to record,
   :func:`pool2_relu` does the 2x2 stride-2 pooling as three elementwise maxima of strided
-  views (about 2.5x faster on an evaluation chunk of 1,024 images). Where autograd records,
+  views (the pooling about 4x, a LeNet-5 evaluation chunk of 1,024 images about 2x faster,
+  one thread). Where autograd records,
   ``max_pool2d`` stays: its saved indices make a backward pass no recomputation of the
   winners beat (a custom autograd Function that did was measured 1.5-2x slower).
-* oneDNN's weight gradient of a convolution with one or few input channels (``conv1``) costs
-  several times its forward pass; :func:`conv_cols` computes a convolution whose input needs
-  no gradient as one matrix product over the unfolded input (im2col, by a strided view) and its
-  weight gradient as another. Sums run in another order than oneDNN's: results agree to float
-  rounding, not bit for bit.
+* oneDNN's weight gradient of a convolution of one-channel images (``conv1`` on MNIST-like
+  data) costs several times its forward pass; :func:`conv_cols` computes a convolution whose
+  input needs no gradient as one matrix product over the unfolded input (im2col, by a strided
+  view) and its weight gradient as another (about 1.6x faster for LeNet-5's ``conv1``, batch
+  50; with 3 input channels oneDNN was as fast or faster, so :mod:`simfl.neural.models` uses
+  it for one input channel only). Sums run in another order than oneDNN's: results agree to
+  float rounding, not bit for bit.
 """
 
 from __future__ import annotations
