@@ -233,9 +233,9 @@ def _conv(layer: Layer, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     im2col and a matrix product (:func:`~simfl.neural.kernels.conv_cols`): there oneDNN's
     weight gradient costs several times its forward pass, and the pair is about 1.6x faster
     (batch 50, 6 filters, one thread). With 3 input channels (CIFAR) oneDNN was as fast or
-    faster, so everything else stays oneDNN's ``conv2d``.
+    faster, so everything else (and every GPU) stays with ``conv2d``.
     """
-    one_channel = x.shape[1] == 1 and not x.requires_grad
+    one_channel = x.shape[1] == 1 and not x.requires_grad and x.device.type == "cpu"
     if one_channel and torch.is_grad_enabled() and w.requires_grad:
         return conv_cols(x, w, b, layer.padding)
     return nnf.conv2d(x, w, b, padding=layer.padding)
