@@ -51,7 +51,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from simfl._checks import check_choice, check_int
-from simfl.neural.kernels import conv_cols, pool2_relu
+from simfl.neural.kernels import pool2_relu
 
 __all__ = ["CNN", "MLP", "Layer", "ModelSpec", "Net", "Params", "param_layer"]
 
@@ -226,21 +226,6 @@ def _post(layer: Layer, x: Tensor) -> Tensor:
     return x
 
 
-def _conv(layer: Layer, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    """A convolution of ``(N, channels, h, w)`` images by one filter bank.
-
-    When training a layer on one-channel images (the first convolution on MNIST-like data),
-    im2col and a matrix product (:func:`~simfl.neural.kernels.conv_cols`): there oneDNN's
-    weight gradient costs several times its forward pass, and the pair is about 1.6x faster
-    (batch 50, 6 filters, one thread). With 3 input channels (CIFAR) oneDNN was as fast or
-    faster, so everything else (and every GPU) stays with ``conv2d``.
-    """
-    one_channel = x.shape[1] == 1 and not x.requires_grad and x.device.type == "cpu"
-    if one_channel and torch.is_grad_enabled() and w.requires_grad:
-        return conv_cols(x, w, b, layer.padding)
-    return nnf.conv2d(x, w, b, padding=layer.padding)
-
-
 def _layer(layer: Layer, params: Params, x: Tensor) -> Tensor:
     """One layer for the whole cohort (its parameters stacked, or shared by every client)."""
     w = params[f"{layer.name}.weight"]
@@ -254,7 +239,8 @@ def _layer(layer: Layer, params: Params, x: Tensor) -> Tensor:
             x = x.flatten(2)
         x = _post(layer, torch.baddbmm(b.unsqueeze(1), x, w))
     else:  # one client (or shared filters): a plain convolution of the whole batch
-        x = _post(layer, _conv(layer, x[0], w[0], b[0])).unsqueeze(0)
+        y = nnf.conv2d(x[0], w[0], b[0], padding=layer.padding)
+        x = _post(layer, y).unsqueeze(0)
     return x.reshape(c, -1, *x.shape[2:])
 
 
@@ -267,7 +253,7 @@ def _conv_per_client(layers: tuple[Layer, ...], params: Params, x: Tensor) -> Te
     outs = []
     for i, xi in enumerate(x.unbind(0)):
         for layer, ws, bs in banks:
-            xi = _post(layer, _conv(layer, xi, ws[i], bs[i]))
+            xi = _post(layer, nnf.conv2d(xi, ws[i], bs[i], padding=layer.padding))
         outs.append(xi)
     return torch.stack(outs)
 
