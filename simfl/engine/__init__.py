@@ -26,6 +26,7 @@ from typing import Any
 
 from simfl._checks import check_bool, check_choice
 from simfl.engine.async_planned import PlannedAsyncLoop
+from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import Progress, RunContext
 from simfl.engine.sync import SyncLoop
@@ -162,6 +163,8 @@ def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLo
     """The server loop of the scenario's policy family."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
+        if TimingAsyncLoop.applies(ctx, policy):
+            return TimingAsyncLoop(ctx, policy)
         if PlannedAsyncLoop.applies(ctx, policy):
             return PlannedAsyncLoop(ctx, policy)
         return AsyncLoop(ctx, policy)

@@ -104,6 +104,8 @@ class RunContext:
             None if isinstance(progress, bool) else progress
         )
         self._shown = 0.0  # simulated seconds the time bar shows
+        #: whether a bar or a callable follows the aggregations
+        self.shows_progress = not self.bar.disable or self.report is not None
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
@@ -376,15 +378,34 @@ class RunContext:
         row.setdefault("status", "ok")
         row.setdefault("duration", row["time"] - row["t_start"])
         self.recorder.add_round(row)
+        self._count(row["n_arrived"], row["time"] - row["t_start"])
+        due = self.round % self.scenario.eval_every == 0 or self.stop_reason is not None
+        if due and self.metrics and row["status"] in ("ok", "empty"):
+            self._evaluate()
+        self._advance()
+
+    def count_aggregation(self, n_arrived: int, advance: float) -> None:
+        """An aggregation its loop records itself: check the stop rules, move the progress.
+
+        For runs without metrics (nothing to evaluate); ``advance`` is the simulated seconds
+        since the previous aggregation and the clock stands at this one.
+        """
+        self._count(n_arrived, advance)
+        if self.shows_progress:
+            self._advance()
+
+    def _count(self, n_arrived: int, advance: float) -> None:
+        """One more aggregation: the ``rounds`` and stall rules (see the module docstring)."""
         self.round += 1
         sc = self.scenario
         if sc.rounds is not None and self.round >= sc.rounds:
             self.stop("rounds")
-        self._check_stall(row)
-        due = self.round % sc.eval_every == 0 or self.stop_reason is not None
-        if due and self.metrics and row["status"] in ("ok", "empty"):
-            self._evaluate()
-        self._advance()
+        if sc.rounds is None and advance == 0:
+            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
+        idle = n_arrived == 0 or (sc.max_time is not None and advance < STALL_SHARE * sc.max_time)
+        self.idle_rounds = self.idle_rounds + 1 if idle else 0
+        if self.idle_rounds >= STALL_ROUNDS:
+            self.stop("stalled")
 
     # ----------------------------------------------------------------- progress
     def done(self) -> float:
@@ -417,19 +438,6 @@ class RunContext:
         if self.scenario.rounds is None and not self.bar.disable:
             self.bar.update(min(float(self.env.now), float(self.bar.total)) - self._shown)
         self.bar.close()
-
-    def _check_stall(self, row: dict[str, Any]) -> None:
-        """The stall rule (see the module docstring)."""
-        sc = self.scenario
-        advance = row["time"] - row["t_start"]
-        if sc.rounds is None and advance == 0:
-            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
-        idle = row["n_arrived"] == 0 or (
-            sc.max_time is not None and advance < STALL_SHARE * sc.max_time
-        )
-        self.idle_rounds = self.idle_rounds + 1 if idle else 0
-        if self.idle_rounds >= STALL_ROUNDS:
-            self.stop("stalled")
 
     @property
     def stopped(self) -> bool:
