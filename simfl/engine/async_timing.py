@@ -19,21 +19,23 @@ are identical, bit for bit.
   two list appends (start, model version). A job whose pre-drawn pick is busy, whose
   speculated job index missed, or whose plan is not finite is planned alone, as the reference
   plans every job (:meth:`TimingAsyncLoop._plan_one`).
-* **Aggregations** append one tuple; :meth:`RunContext.count_aggregation
-  <simfl.engine.context.RunContext.count_aggregation>` applies the stop rules. The rows of
-  both frames are written once, at the end of the run.
+* **Aggregations** append three numbers (time, jobs started, jobs recorded);
+  :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
+  applies the stop rules. Which updates were applied, and their staleness, is settled for all
+  aggregations at the end, in numpy, and the rows of both frames are written once.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl.engine.async_planned import PlannedAsyncLoop, _Block, _set_clock, chunk_sums
+from simfl.engine.async_planned import PlannedAsyncLoop, _set_clock, chunk_sums
 from simfl.engine.asynchronous import STALL_JOBS
 from simfl.engine.jobs import JobPlan
 from simfl.network import transfer_seconds
@@ -48,6 +50,29 @@ __all__ = ["BLOCK", "TimingAsyncLoop"]
 #: Job numbers planned together (larger than the planned loop's blocks: a block here costs a
 #: few vectorised steps and nothing per model version).
 BLOCK = 8192
+
+
+class _Table(NamedTuple):
+    """A block's plans: by job, its first and second picks and their rows; by row, the plan.
+
+    Job ``i``'s first pick ``picks[i]`` has its job index ``k``'s plan in row
+    ``base[i] + k`` if that is below ``end[i]`` (likewise ``base2``, ``end2`` for
+    ``second[i]``); the rows' ``after`` (seconds until the job arrives or drops, NaN for
+    a plan not finite) and ``arrives``; ``row0``: the table row of the block's row 0.
+    """
+
+    picks: list[int]
+    base: list[int]
+    end: list[int]
+    second: list[int]
+    base2: list[int]
+    end2: list[int]
+    after: list[float]
+    arrives: list[bool]
+    row0: int
+
+
+_EMPTY = _Table([], [], [], [], [], [], [], [], 0)
 
 
 class TimingAsyncLoop(PlannedAsyncLoop):
@@ -73,11 +98,10 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self.work = np.asarray(alg.work(run.state, np.arange(fleet.size)), dtype=np.float64)
         self.down = transfer_seconds(self.payload.down, fleet.bandwidth_down, fleet.latency)
         self.up = transfer_seconds(self.payload.up, fleet.bandwidth_up, fleet.latency)
-        # the blocks' picks, compute seconds and failure clocks, by job number
+        # the plan table (job n's row: self.row[n]): device, compute seconds, failure clock
         self.picks: list[NDArray[np.int64]] = []
         self.computes: list[NDArray[np.float64]] = []
         self.fails: list[NDArray[np.float64]] = []
-        self.alone: dict[int, tuple[int, float, float]] = {}  # job -> device, compute, fail
         #: the jobs in flight: (instant the job resolves, job number, device, arrives)
         self.flight: list[tuple[float, int, int, bool]] = []
         # per aggregation: its time, the jobs started by then, the end of its records
@@ -86,33 +110,71 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self.agg_end: list[int] = []
 
     # ----------------------------------------------------------------- plans
-    def _plan_block(self, first: int) -> tuple[list[int], list[int], list[float], list[bool]]:
-        """Plan the block of job numbers from ``first``: picks, job indices, afters, arrivals.
+    def _add_rows(
+        self, devices: NDArray[np.int64], compute: NDArray[np.float64], fail: NDArray[np.float64]
+    ) -> int:
+        """Append planned jobs to the table; return the number of the first row."""
+        first = self.n_rows
+        self.picks.append(devices)
+        self.computes.append(compute)
+        self.fails.append(fail)
+        self.n_rows += devices.size
+        return first
 
-        A job whose plan is not finite gets the job index -1 (it is planned alone, and refused).
+    def _plan_block(self, first: int) -> _Table:
+        """Plan the jobs the block of job numbers from ``first`` can start.
+
+        A job starts on its first pick, or on its second if the first is busy (else the policy
+        picks; rare). So every device picked either way gets one row per job index it can
+        reach in the block: its next one, and one more per further pick. A row whose plan is
+        not finite gets a NaN ``after`` (that job is planned alone, and refused).
         """
-        block = _Block(self.run, self.policy, self.job_index, first, BLOCK)
-        size = len(block.devices)
+        run, policy, size = self.run, self.policy, BLOCK
         self.status += [CANCELLED] * size  # until the job ends
         self.t_end += [math.nan] * size
         self.staleness += [math.nan] * size
-        picks = np.asarray(block.devices, dtype=np.int64)
+        picks = policy.first_picks(run.view, first, size)
+        second = policy.first_picks(run.view, first, size, attempt=1)
+        assert picks is not None and second is not None  # the loop plays only such policies
+        devices, counts = np.unique(np.concatenate([picks, second]), return_counts=True)
+        # (itemgetter of one index returns a value, of two or more a tuple: -1 is dropped)
+        known = np.array(itemgetter(*devices.tolist(), -1)(self.job_index)[:-1], dtype=np.int64)
+        lo = np.cumsum(counts) - counts  # each device's first row in the block
+        rows = np.repeat(devices, counts)
+        keys = np.repeat(known - lo, counts) + np.arange(rows.size)  # job index of each row
+        fleet, streams = run.fleet, run.streams
+        draws = fleet.compute_draws(rows, round=keys, stage=0, streams=streams)
+        fail = np.full(rows.size, np.inf)
+        rate = fleet.dropout_rate[rows]
+        if rate.any():
+            u = streams.uniform("dropout", rows, keys)
+            with np.errstate(divide="ignore"):
+                fail = np.where(rate > 0, -np.log(u) / rate, np.inf)
         with np.errstate(over="ignore", invalid="ignore"):
-            compute = self.work[picks] * block.draws
-            total = self.down[picks] + compute + self.up[picks]
-        arrives = block.fail_after >= total
-        after = np.where(arrives, total, block.fail_after)
-        keys = np.where(np.isfinite(total), block.keys, -1)  # never a device's job index
-        self.picks.append(picks)
-        self.computes.append(compute)
-        self.fails.append(block.fail_after)
-        return block.devices, keys.tolist(), after.tolist(), arrives.tolist()
+            compute = self.work[rows] * draws
+            total = self.down[rows] + compute + self.up[rows]
+        arrives = fail >= total
+        after = np.where(np.isfinite(total), np.where(arrives, total, fail), np.nan)
+        row0 = self._add_rows(rows, compute, fail)
+        # a device's row (in the block) for its job index k: base + k, valid below its end
+        base, end = lo - known, lo + counts
+        at1, at2 = np.searchsorted(devices, picks), np.searchsorted(devices, second)
+        return _Table(
+            picks.tolist(),
+            base[at1].tolist(),
+            end[at1].tolist(),
+            second.tolist(),
+            base[at2].tolist(),
+            end[at2].tolist(),
+            after.tolist(),
+            arrives.tolist(),
+            row0,
+        )
 
-    def _plan_one(self, n: int, device: int, key: int) -> tuple[float, bool]:
-        """Plan job ``n`` alone, as the reference plans every job: when it resolves, arrives.
+    def _plan_one(self, device: int, key: int) -> tuple[float, bool, int]:
+        """Plan one job alone, as the reference plans every job: after, arrives, its row.
 
-        Its device, compute seconds and failure clock are kept for the records. A plan that
-        is not finite is refused as :func:`~simfl.engine.jobs.plan_jobs` refuses it.
+        A plan that is not finite is refused as :func:`~simfl.engine.jobs.plan_jobs` does.
         """
         run, fleet = self.run, self.run.fleet
         # the keyed draws through the scalar path: the values of plan_jobs's, as 0-d arrays
@@ -127,17 +189,20 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         total = float(self.down[device]) + compute + float(self.up[device])
         if not math.isfinite(total):
             run.plan(np.array([device], dtype=np.int64), key=key, stage=0)  # raises, naming it
-        self.alone[n] = (device, compute, fail_after)
+        row = self._add_rows(
+            np.array([device], dtype=np.int64), np.array([compute]), np.array([fail_after])
+        )
         arrives = fail_after >= total
-        return (total if arrives else fail_after), arrives
+        return (total if arrives else fail_after), arrives, row
 
     def _start_alone(self, n: int, device: int, now: float) -> tuple[float, int, int, bool]:
-        """Job ``n``, whose pre-drawn plan does not hold, starting ``now``: its heap entry."""
+        """Job ``n`` (on ``device`` unless busy), not in the block's table: its heap entry."""
         if self._busy[device]:
             picked = self.policy.pick(self.run.view, self.busy, n)
             assert picked is not None  # concurrency <= fleet size: an idle device exists
             device = picked
-        after, arrives = self._plan_one(n, device, self.job_index[device])
+        after, arrives, row = self._plan_one(device, self.job_index[device])
+        self.row.append(row)
         return now + after, n, device, arrives
 
     # ----------------------------------------------------------------- the loop
@@ -152,11 +217,11 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         size, concurrency = self.policy.buffer(), self.policy.concurrency
         busy, job_index, status = self._busy, self.job_index, self.status
         t_start, version_of, t_end = self.t_start, self.version_of, self.t_end
-        buffer, ended = self.buffer, self.ended
+        buffer, ended, records, rows = self.buffer, self.ended, self.records, self.row
+        agg_time, agg_started, agg_end = self.agg_time, self.agg_started, self.agg_end
+        limit, last, count = self.policy.max_staleness, self.last_time, run.count_aggregation
         pop, push = heapq.heappop, heapq.heappush
-        # the current block: its first job number, picks, job indices, afters, arrivals
-        first, devices, keys = 0, list[int](), list[int]()
-        afters, arrivals = list[float](), list[bool]()
+        first, (picks, base, end, second, base2, end2, afters, arrivals, row0) = 0, _EMPTY
         n, version, drops = self.n_started, run.round, self.drops_in_row
         t = float(env.now)
         try:
@@ -170,10 +235,24 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                     if arrives:
                         drops = 0
                         buffer.append(job)
-                        if len(buffer) >= size:
-                            version = self._aggregate(t, n)
+                        if len(buffer) >= size:  # aggregate (its row is written at the end)
+                            applied = size if limit is None else self._applied(version)
+                            if ended:
+                                records += ended
+                                ended.clear()
+                            records += buffer
+                            buffer.clear()
+                            agg_time.append(t)
+                            agg_started.append(n)
+                            agg_end.append(len(records))
+                            count(applied, t - last)
+                            last = self.last_time = t
+                            if run.shows_progress:
+                                _set_clock(env, t)
+                                run.show_progress()
                             if run.stop_reason is not None:
                                 return False
+                            version = run.round
                     else:
                         status[job] = DROPPED
                         ended.append(job)
@@ -181,17 +260,24 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                         if drops >= STALL_JOBS:
                             run.stop("stalled")
                             return False
-                # start job n: its pre-drawn plan, unless that no longer holds
+                # start job n on its first pick, or on its second if the first is busy
                 i = n - first
-                if i >= len(devices):
+                if i >= len(picks):
                     first, i = n, 0
-                    devices, keys, afters, arrivals = self._plan_block(n)
-                d = devices[i]
-                if busy[d] or job_index[d] != keys[i]:  # (keys[i] is -1 for a bad plan)
+                    picks, base, end, second, base2, end2, afters, arrivals, row0 = (
+                        self._plan_block(n)
+                    )
+                d = picks[i]
+                r, hi = base[i] + job_index[d], end[i]  # its next job's row, if the block has it
+                if busy[d]:
+                    d = second[i]
+                    r, hi = base2[i] + job_index[d], end2[i]
+                if busy[d] or r >= hi or afters[r] != afters[r]:  # NaN: a plan not finite
                     entry = self._start_alone(n, d, t)
                     d = entry[2]
                 else:
-                    entry = (t + afters[i], n, d, arrivals[i])
+                    entry = (t + afters[r], n, d, arrivals[r])
+                    rows.append(row0 + r)
                 busy[d] = 1
                 job_index[d] += 1
                 t_start.append(t)
@@ -203,31 +289,15 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             self.drops_in_row = drops
             _set_clock(env, t)
 
-    def _aggregate(self, t: float, started: int) -> int:
-        """Close the aggregation of the buffer at ``t``; return the new model version.
+    def _applied(self, version: int) -> int:
+        """How many buffered updates are not staler than ``max_staleness`` at ``version``.
 
-        ``started``: the jobs started so far. Which updates are applied (and their staleness)
-        is settled for all aggregations at the end (:meth:`_settle_all`); here only how many
-        are, for the stop rules.
+        (Which ones, and their staleness, are settled for every aggregation at the end, by
+        :meth:`_settle_all`.)
         """
-        run, buffer, ended, records = self.run, self.buffer, self.ended, self.records
-        limit = self.policy.max_staleness
-        applied = len(buffer)
-        if limit is not None:
-            version, version_of = run.round, self.version_of
-            applied = sum(version - version_of[job] <= limit for job in buffer)
-        records += ended
-        records += buffer
-        self.agg_time.append(t)
-        self.agg_started.append(started)
-        self.agg_end.append(len(records))
-        buffer.clear()
-        ended.clear()
-        last, self.last_time = self.last_time, t
-        if run.shows_progress:
-            _set_clock(self.env, t)
-        run.count_aggregation(applied, t - last)
-        return run.round
+        limit, version_of = self.policy.max_staleness, self.version_of
+        assert limit is not None
+        return sum(version - version_of[job] <= limit for job in self.buffer)
 
     # ----------------------------------------------------------------- the end
     @property
@@ -282,22 +352,17 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self, rec: NDArray[np.int64], status: NDArray[np.int8], staleness: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Write the rows of the jobs ``rec``, in that order; the bytes each moved down and up."""
-        n = self.n_started
-        all_devices = np.concatenate([*self.picks, np.empty(0, np.int64)])[:n]
-        compute = np.concatenate([*self.computes, np.empty(0)])[:n]
-        fail = np.concatenate([*self.fails, np.empty(0)])[:n]
-        for job, (device, comp, fail_after) in self.alone.items():
-            all_devices[job], compute[job], fail[job] = device, comp, fail_after
-        devices = all_devices[rec]
+        rows = np.array(self.row, dtype=np.int64)[rec]
+        devices = np.concatenate(self.picks)[rows]
         starts = np.array(self.t_start, dtype=np.float64)[rec]
         m = rec.size
         plan = JobPlan(
             devices=devices,
             t_start=starts,
             download=self.down[devices],
-            compute=compute[rec],
+            compute=np.concatenate(self.computes)[rows],
             upload=self.up[devices],
-            fail_after=fail[rec],
+            fail_after=np.concatenate(self.fails)[rows],
             work=self.work[devices],
             size_down=np.full(m, float(self.payload.down)),
             size_up=np.full(m, float(self.payload.up)),

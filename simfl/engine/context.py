@@ -106,6 +106,9 @@ class RunContext:
         self._shown = 0.0  # simulated seconds the time bar shows
         #: whether a bar or a callable follows the aggregations
         self.shows_progress = not self.bar.disable or self.report is not None
+        self._max_rounds = math.inf if scenario.rounds is None else scenario.rounds
+        #: whether the stall rule looks at the time an aggregation advances the clock
+        self._time_rules = scenario.rounds is None or scenario.max_time is not None
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
@@ -378,28 +381,26 @@ class RunContext:
         row.setdefault("status", "ok")
         row.setdefault("duration", row["time"] - row["t_start"])
         self.recorder.add_round(row)
-        self._count(row["n_arrived"], row["time"] - row["t_start"])
+        self.count_aggregation(row["n_arrived"], row["time"] - row["t_start"])
         due = self.round % self.scenario.eval_every == 0 or self.stop_reason is not None
         if due and self.metrics and row["status"] in ("ok", "empty"):
             self._evaluate()
-        self._advance()
+        self.show_progress()
 
     def count_aggregation(self, n_arrived: int, advance: float) -> None:
-        """An aggregation its loop records itself: check the stop rules, move the progress.
+        """One more aggregation: the ``rounds`` and stall rules (see the module docstring).
 
-        For runs without metrics (nothing to evaluate); ``advance`` is the simulated seconds
-        since the previous aggregation and the clock stands at this one.
+        ``advance``: the simulated seconds since the previous aggregation. A loop that records
+        its aggregations itself calls this (and :meth:`show_progress` where
+        :attr:`shows_progress`) instead of :meth:`end_aggregation`.
         """
-        self._count(n_arrived, advance)
-        if self.shows_progress:
-            self._advance()
-
-    def _count(self, n_arrived: int, advance: float) -> None:
-        """One more aggregation: the ``rounds`` and stall rules (see the module docstring)."""
         self.round += 1
-        sc = self.scenario
-        if sc.rounds is not None and self.round >= sc.rounds:
+        if self.round >= self._max_rounds:
             self.stop("rounds")
+        if n_arrived and not self._time_rules:  # not idle: the common case, nothing to check
+            self.idle_rounds = 0
+            return
+        sc = self.scenario
         if sc.rounds is None and advance == 0:
             self.stop("stalled")  # the clock cannot advance: max_time would never be reached
         idle = n_arrived == 0 or (sc.max_time is not None and advance < STALL_SHARE * sc.max_time)
@@ -418,7 +419,7 @@ class RunContext:
         by_time = 0.0 if sc.max_time is None else float(self.env.now) / sc.max_time
         return min(1.0, max(by_rounds, by_time))
 
-    def _advance(self) -> None:
+    def show_progress(self) -> None:
         """After an aggregation: move the bar and tell ``report`` (no recorded number changes).
 
         The bar counts rounds, or, for a run limited only by ``max_time``, simulated seconds
