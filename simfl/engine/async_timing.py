@@ -19,7 +19,7 @@ are identical, bit for bit.
   two list appends (start, model version). A job whose pre-drawn pick is busy, whose
   speculated job index missed, or whose plan is not finite is planned alone, as the reference
   plans every job (:meth:`TimingAsyncLoop._plan_one`).
-* **Aggregations** append three numbers (time, jobs started, jobs recorded);
+* **Aggregations** append two numbers (jobs started, jobs recorded);
   :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
   applies the stop rules. Which updates were applied, and their staleness, is settled for all
   aggregations at the end, in numpy, and the rows of both frames are written once.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -105,7 +106,6 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         #: the jobs in flight: (instant the job resolves, job number, device, arrives)
         self.flight: list[tuple[float, int, int, bool]] = []
         # per aggregation: its time, the jobs started by then, the end of its records
-        self.agg_time: list[float] = []
         self.agg_started: list[int] = []
         self.agg_end: list[int] = []
 
@@ -130,9 +130,6 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         not finite gets a NaN ``after`` (that job is planned alone, and refused).
         """
         run, policy, size = self.run, self.policy, BLOCK
-        self.status += [CANCELLED] * size  # until the job ends
-        self.t_end += [math.nan] * size
-        self.staleness += [math.nan] * size
         picks = policy.first_picks(run.view, first, size)
         second = policy.first_picks(run.view, first, size, attempt=1)
         assert picks is not None and second is not None  # the loop plays only such policies
@@ -215,14 +212,13 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         max_time = run.scenario.max_time
         budget = math.inf if max_time is None else float(max_time)
         size, concurrency = self.policy.buffer(), self.policy.concurrency
-        busy, job_index, status = self._busy, self.job_index, self.status
-        t_start, version_of, t_end = self.t_start, self.version_of, self.t_end
+        busy, job_index, t_start = self._busy, self.job_index, self.t_start
         buffer, ended, records, rows = self.buffer, self.ended, self.records, self.row
-        agg_time, agg_started, agg_end = self.agg_time, self.agg_started, self.agg_end
+        agg_started, agg_end = self.agg_started, self.agg_end
         limit, last, count = self.policy.max_staleness, self.last_time, run.count_aggregation
         pop, push = heapq.heappop, heapq.heappush
         first, (picks, base, end, second, base2, end2, afters, arrivals, row0) = 0, _EMPTY
-        n, version, drops = self.n_started, run.round, self.drops_in_row
+        n, drops = self.n_started, self.drops_in_row
         t = float(env.now)
         try:
             while True:
@@ -231,30 +227,26 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                         return True
                     t, job, d, arrives = pop(heap)
                     busy[d] = 0
-                    t_end[job] = t
                     if arrives:
                         drops = 0
                         buffer.append(job)
                         if len(buffer) >= size:  # aggregate (its row is written at the end)
-                            applied = size if limit is None else self._applied(version)
+                            applied = size if limit is None else self._applied()
                             if ended:
                                 records += ended
                                 ended.clear()
                             records += buffer
                             buffer.clear()
-                            agg_time.append(t)
                             agg_started.append(n)
                             agg_end.append(len(records))
                             count(applied, t - last)
-                            last = self.last_time = t
+                            last = t
                             if run.shows_progress:
                                 _set_clock(env, t)
                                 run.show_progress()
                             if run.stop_reason is not None:
                                 return False
-                            version = run.round
                     else:
-                        status[job] = DROPPED
                         ended.append(job)
                         drops += 1
                         if drops >= STALL_JOBS:
@@ -281,23 +273,23 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                 busy[d] = 1
                 job_index[d] += 1
                 t_start.append(t)
-                version_of.append(version)
                 push(heap, entry)
                 n += 1
         finally:  # also when interrupted: what was handled is recorded at its instant
             self.n_started = n
+            self.last_time = last
             self.drops_in_row = drops
             _set_clock(env, t)
 
-    def _applied(self, version: int) -> int:
-        """How many buffered updates are not staler than ``max_staleness`` at ``version``.
+    def _applied(self) -> int:
+        """How many buffered updates are not staler than ``max_staleness`` now.
 
         (Which ones, and their staleness, are settled for every aggregation at the end, by
-        :meth:`_settle_all`.)
+        :meth:`_settle_all`.) A job's version is the number of aggregations before it started.
         """
-        limit, version_of = self.policy.max_staleness, self.version_of
+        limit, started, version = self.policy.max_staleness, self.agg_started, self.run.round
         assert limit is not None
-        return sum(version - version_of[job] <= limit for job in self.buffer)
+        return sum(version - bisect_right(started, job) <= limit for job in self.buffer)
 
     # ----------------------------------------------------------------- the end
     @property
@@ -310,59 +302,46 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         if self.done:
             return
         self.done = True
-        now = float(self.env.now)
         flying = sorted(entry[1] for entry in self.flight)
-        for job in flying:
-            self.t_end[job] = now
-        aggregated = len(self.records)
         self.records += self.ended + self.buffer + flying  # the buffer stays CANCELLED
         self.flight.clear()
         self.buffer, self.ended = [], []
-        if not self.records:
-            return
-        rec = np.array(self.records, dtype=np.int64)
-        status = np.array(self.status, dtype=np.int8)
-        staleness = np.array(self.staleness, dtype=np.float64)
-        arrived, lag_sum = self._settle_all(rec[:aggregated], status, staleness)
-        b_down, b_up = self._record_jobs(rec, status, staleness)
-        self._record_rounds(arrived, lag_sum, b_down, b_up)
+        if self.records:
+            self._record(len(flying))
 
-    def _settle_all(
-        self, rec: NDArray[np.int64], status: NDArray[np.int8], staleness: NDArray[np.float64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Mark every aggregated update arrived or late (in place); count them per aggregation.
+    def _record(self, n_flying: int) -> None:
+        """Write every job row (in ``records`` order) and every aggregation row.
 
-        Returns, per aggregation, the number of updates applied and their staleness summed.
-        Aggregation ``k`` recorded ``rec[end[k-1]:end[k]]``: the drops, then the buffer (its
-        last ``buffer()`` jobs).
+        A job's end, status and staleness follow from its plan and the aggregations: a
+        handled job ended ``after`` its start (the loop's own addition); it dropped if its
+        plan says so; aggregation ``k``'s last ``buffer()`` records arrived (or were late);
+        the buffer left at the end and the jobs in flight (the last ``n_flying`` records,
+        ending now) were cancelled.
         """
-        size, limit = self.policy.buffer(), self.policy.max_staleness
-        ends = np.array(self.agg_end, dtype=np.int64)
-        k = ends.size
-        jobs = rec[(ends[:, None] - size + np.arange(size)).ravel()]
-        lag = np.repeat(np.arange(k), size) - np.array(self.version_of, dtype=np.int64)[jobs]
-        ok = np.ones(lag.size, dtype=bool) if limit is None else lag <= limit
-        status[jobs] = np.where(ok, ARRIVED, LATE)
-        staleness[jobs] = np.where(ok, lag, np.nan)
-        arrived = ok.reshape(k, size).sum(axis=1)
-        lag_sum = np.where(ok, lag, 0).reshape(k, size).sum(axis=1)
-        return arrived, lag_sum
-
-    def _record_jobs(
-        self, rec: NDArray[np.int64], status: NDArray[np.int8], staleness: NDArray[np.float64]
-    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Write the rows of the jobs ``rec``, in that order; the bytes each moved down and up."""
+        rec = np.array(self.records, dtype=np.int64)
+        m = rec.size
         rows = np.array(self.row, dtype=np.int64)[rec]
         devices = np.concatenate(self.picks)[rows]
+        compute = np.concatenate(self.computes)[rows]
+        fail = np.concatenate(self.fails)[rows]
+        down, up = self.down[devices], self.up[devices]
+        total = down + compute + up
+        arrives = fail >= total
         starts = np.array(self.t_start, dtype=np.float64)[rec]
-        m = rec.size
+        flying = np.arange(m) >= m - n_flying
+        t_end = np.where(flying, float(self.env.now), starts + np.where(arrives, total, fail))
+        status = np.where(~flying & ~arrives, DROPPED, CANCELLED).astype(np.int8)
+        staleness = np.full(m, np.nan)
+        started = np.array(self.agg_started, dtype=np.int64)
+        version = np.searchsorted(started, rec, side="right")  # aggregations before its start
+        arrived, lag_sum = self._settle_all(version, status, staleness)
         plan = JobPlan(
             devices=devices,
             t_start=starts,
-            download=self.down[devices],
-            compute=np.concatenate(self.computes)[rows],
-            upload=self.up[devices],
-            fail_after=np.concatenate(self.fails)[rows],
+            download=down,
+            compute=compute,
+            upload=up,
+            fail_after=fail,
             work=self.work[devices],
             size_down=np.full(m, float(self.payload.down)),
             size_up=np.full(m, float(self.payload.up)),
@@ -371,18 +350,38 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             active_since=starts,
             moved=np.full((m, 2), np.nan),
         )
-        return self.run.record_job_rows(
-            plan,
-            status[rec],
-            np.array(self.t_end, dtype=np.float64)[rec],
-            round=np.array(self.version_of, dtype=np.int64)[rec],
-            stage=0,
-            staleness=staleness[rec],
-            waits=False,
+        b_down, b_up = self.run.record_job_rows(
+            plan, status, t_end, round=version, stage=0, staleness=staleness, waits=False
         )
+        self._record_rounds(t_end, arrived, lag_sum, b_down, b_up)
+
+    def _settle_all(
+        self,
+        version: NDArray[np.int64],
+        status: NDArray[np.int8],
+        staleness: NDArray[np.float64],
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Mark every aggregated update arrived or late (in place, in record order).
+
+        ``version``: each record's model version. Returns, per aggregation, the number of
+        updates applied and their staleness summed. Aggregation ``k`` recorded
+        ``records[end[k-1]:end[k]]``: the drops, then the buffer (its last ``buffer()``).
+        """
+        size, limit = self.policy.buffer(), self.policy.max_staleness
+        ends = np.array(self.agg_end, dtype=np.int64)
+        k = ends.size
+        at = (ends[:, None] - size + np.arange(size)).ravel()
+        lag = np.repeat(np.arange(k), size) - version[at]
+        ok = np.ones(lag.size, dtype=bool) if limit is None else lag <= limit
+        status[at] = np.where(ok, ARRIVED, LATE)
+        staleness[at] = np.where(ok, lag, np.nan)
+        arrived = ok.reshape(k, size).sum(axis=1)
+        lag_sum = np.where(ok, lag, 0).reshape(k, size).sum(axis=1)
+        return arrived, lag_sum
 
     def _record_rounds(
         self,
+        t_end: NDArray[np.float64],
         arrived: NDArray[np.int64],
         lag_sum: NDArray[np.int64],
         b_down: NDArray[np.float64],
@@ -393,9 +392,9 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         if k == 0:
             return
         size = self.policy.buffer()
-        time = np.array(self.agg_time, dtype=np.float64)
-        t_start = np.r_[0.0, time[:-1]]
         ends = np.array(self.agg_end, dtype=np.int64)
+        time = t_end[ends - 1]  # the end of its last buffered job
+        t_start = np.r_[0.0, time[:-1]]
         begins = np.r_[0, ends[:-1]]
         with np.errstate(invalid="ignore"):  # 0 / 0: no update applied
             stale = np.where(arrived > 0, lag_sum / arrived, np.nan)

@@ -206,8 +206,7 @@ class Recorder:
             values: Any = [row.get(c, nan) for row in self._rounds]
             tail = self._tail.get(c, np.full(self._n_tail, nan))
             if c == "status":
-                codes = [ROUND_STATUSES.index(v) for v in values]
-                codes += [ROUND_STATUSES.index(v) for v in tail.tolist()]
+                codes = [ROUND_STATUSES.index(v) for v in values] + _status_codes(tail)
                 rounds_cols[c] = pd.Categorical.from_codes(codes, dtype=_round_status_dtype())
             else:
                 dtype = np.int64 if c in _INT_COLUMNS else np.float64
@@ -215,6 +214,18 @@ class Recorder:
                     [np.asarray(values, dtype=dtype), tail.astype(dtype, copy=False)]
                 )
         return Results(pd.DataFrame(rounds_cols), clients, meta, state)
+
+
+def _status_codes(names: NDArray[Any]) -> list[int]:
+    """The codes of round statuses given as an array of names (a ``ValueError`` if unknown)."""
+    codes = np.full(names.size, -1, dtype=np.int64)
+    for code, name in enumerate(ROUND_STATUSES):
+        codes[names == name] = code
+    if (codes < 0).any():
+        bad = names[codes < 0][0]
+        raise ValueError(f"Recorder: round status {bad!r} is not one of {ROUND_STATUSES}")
+    out: list[int] = codes.tolist()
+    return out
 
 
 @functools.cache
