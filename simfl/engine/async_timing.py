@@ -307,9 +307,9 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self.flight.clear()
         self.buffer, self.ended = [], []
         if self.records:
-            self._record(len(flying))
+            self._write(len(flying))
 
-    def _record(self, n_flying: int) -> None:
+    def _write(self, n_flying: int) -> None:
         """Write every job row (in ``records`` order) and every aggregation row.
 
         A job's end, status and staleness follow from its plan and the aggregations: a
