@@ -46,11 +46,13 @@ from simfl.policies.base import AsyncPolicy
 if TYPE_CHECKING:
     from simfl.engine.context import RunContext
 
-__all__ = ["BLOCK", "TimingAsyncLoop"]
+__all__ = ["BLOCK", "FIRST_BLOCK", "TimingAsyncLoop"]
 
-#: Job numbers planned together (larger than the planned loop's blocks: a block here costs a
-#: few vectorised steps and nothing per model version).
+#: Job numbers planned together, at most (larger than the planned loop's blocks: a block here
+#: costs a few vectorised steps and nothing per model version) ...
 BLOCK = 8192
+#: ... and at least: blocks grow with the jobs started so far, from this size to BLOCK.
+FIRST_BLOCK = 1024
 
 
 class _Table(NamedTuple):
@@ -129,11 +131,14 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         reach in the block: its next one, and one more per further pick. A row whose plan is
         not finite gets a NaN ``after`` (that job is planned alone, and refused).
         """
-        run, policy, size = self.run, self.policy, BLOCK
+        run, policy = self.run, self.policy
+        size = min(BLOCK, max(FIRST_BLOCK, first))  # growing: short runs plan little ahead
         picks = policy.first_picks(run.view, first, size)
         second = policy.first_picks(run.view, first, size, attempt=1)
         assert picks is not None and second is not None  # the loop plays only such policies
-        devices, counts = np.unique(np.concatenate([picks, second]), return_counts=True)
+        devices, at, counts = np.unique(
+            np.concatenate([picks, second]), return_inverse=True, return_counts=True
+        )
         # (itemgetter of one index returns a value, of two or more a tuple: -1 is dropped)
         known = np.array(itemgetter(*devices.tolist(), -1)(self.job_index)[:-1], dtype=np.int64)
         lo = np.cumsum(counts) - counts  # each device's first row in the block
@@ -155,7 +160,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         row0 = self._add_rows(rows, compute, fail)
         # a device's row (in the block) for its job index k: base + k, valid below its end
         base, end = lo - known, lo + counts
-        at1, at2 = np.searchsorted(devices, picks), np.searchsorted(devices, second)
+        at1, at2 = at[:size], at[size:]  # each pick's place in devices
         return _Table(
             picks.tolist(),
             base[at1].tolist(),
