@@ -11,18 +11,23 @@ reference :class:`~simfl.engine.asynchronous.AsyncLoop`, with the same keyed dra
 are identical, bit for bit.
 
 * **Blocks.** A job's download, upload and work depend only on its device: they are computed
-  once for the whole fleet. For a block of job numbers the picks, compute and dropout draws
-  are drawn vectorised (:class:`~simfl.engine.async_planned._Block`), and each job's
-  resolution (``after``: seconds until it arrives or drops; ``arrives``) with them.
+  once for the whole fleet. A job starts on the first device :meth:`~simfl.policies.
+  AsyncPolicy.pick` draws for its number, or on its second draw when the first is busy (the
+  policy is asked only if both are). For a block of job numbers both draws are drawn at once
+  (:meth:`~simfl.policies.AsyncPolicy.first_picks`), and every device drawn gets one row per
+  job index it can reach in the block, with its keyed compute and dropout draws and its
+  resolution (``after``: seconds until the job arrives or drops; ``arrives``), vectorised.
 * **The loop** pops the next job to resolve from a heap of ``(instant, job number, device,
-  arrives)``, starts the next job (read from its block by job number) and pushes it: per job,
-  two list appends (start, model version). A job whose pre-drawn pick is busy, whose
-  speculated job index missed, or whose plan is not finite is planned alone, as the reference
-  plans every job (:meth:`TimingAsyncLoop._plan_one`).
+  arrives)``, starts the next job (its row: the device's range in the block plus its job
+  index) and pushes it: per job, two list appends (start, row). A job the block has no row
+  for (rare), or whose plan is not finite, is planned alone with the same keyed draws
+  (:meth:`TimingAsyncLoop._plan_one`).
 * **Aggregations** append two numbers (jobs started, jobs recorded);
   :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
-  applies the stop rules. Which updates were applied, and their staleness, is settled for all
-  aggregations at the end, in numpy, and the rows of both frames are written once.
+  applies the stop rules, only where one can fire
+  (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were applied,
+  and their staleness, is settled for all aggregations at the end, in numpy, and the rows of
+  both frames are written once.
 """
 
 from __future__ import annotations
@@ -220,7 +225,10 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         busy, job_index, t_start = self._busy, self.job_index, self.t_start
         buffer, ended, records, rows = self.buffer, self.ended, self.records, self.row
         agg_started, agg_end = self.agg_started, self.agg_end
-        limit, last, count = self.policy.max_staleness, self.last_time, run.count_aggregation
+        limit, last = self.policy.max_staleness, self.last_time
+        # aggregations the stop rules need not see one by one (the base pick, the only one
+        # this loop plays, does not read the model version meanwhile)
+        quiet, uncounted = run.quiet_aggregations(), 0
         pop, push = heapq.heappop, heapq.heappush
         first, (picks, base, end, second, base2, end2, afters, arrivals, row0) = 0, _EMPTY
         n, drops = self.n_started, self.drops_in_row
@@ -236,7 +244,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                         drops = 0
                         buffer.append(job)
                         if len(buffer) >= size:  # aggregate (its row is written at the end)
-                            applied = size if limit is None else self._applied()
+                            applied = size if limit is None else self._applied(uncounted)
                             if ended:
                                 records += ended
                                 ended.clear()
@@ -244,13 +252,20 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                             buffer.clear()
                             agg_started.append(n)
                             agg_end.append(len(records))
-                            count(applied, t - last)
+                            if applied and quiet:  # no stop rule can fire: counted later
+                                quiet -= 1
+                                uncounted += 1
+                            else:
+                                run.count_quiet(uncounted)
+                                uncounted = 0
+                                run.count_aggregation(applied, t - last)
+                                if run.shows_progress:
+                                    _set_clock(env, t)
+                                    run.show_progress()
+                                if run.stop_reason is not None:
+                                    return False
+                                quiet = run.quiet_aggregations()
                             last = t
-                            if run.shows_progress:
-                                _set_clock(env, t)
-                                run.show_progress()
-                            if run.stop_reason is not None:
-                                return False
                     else:
                         ended.append(job)
                         drops += 1
@@ -281,19 +296,22 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                 push(heap, entry)
                 n += 1
         finally:  # also when interrupted: what was handled is recorded at its instant
+            run.count_quiet(uncounted)
             self.n_started = n
             self.last_time = last
             self.drops_in_row = drops
             _set_clock(env, t)
 
-    def _applied(self) -> int:
+    def _applied(self, uncounted: int) -> int:
         """How many buffered updates are not staler than ``max_staleness`` now.
 
-        (Which ones, and their staleness, are settled for every aggregation at the end, by
-        :meth:`_settle_all`.) A job's version is the number of aggregations before it started.
+        ``uncounted``: aggregations not yet counted in the run's version. (Which updates, and
+        their staleness, is settled for every aggregation at the end, by :meth:`_settle_all`.)
+        A job's version is the number of aggregations before it started.
         """
-        limit, started, version = self.policy.max_staleness, self.agg_started, self.run.round
+        limit, started = self.policy.max_staleness, self.agg_started
         assert limit is not None
+        version = self.run.round + uncounted
         return sum(version - bisect_right(started, job) <= limit for job in self.buffer)
 
     # ----------------------------------------------------------------- the end

@@ -106,7 +106,7 @@ class RunContext:
         self._shown = 0.0  # simulated seconds the time bar shows
         #: whether a bar or a callable follows the aggregations
         self.shows_progress = not self.bar.disable or self.report is not None
-        self._max_rounds = math.inf if scenario.rounds is None else scenario.rounds
+        self._max_rounds = math.inf if scenario.rounds is None else float(scenario.rounds)
         #: whether the stall rule looks at the time an aggregation advances the clock
         self._time_rules = scenario.rounds is None or scenario.max_time is not None
         fleet = scenario.fleet
@@ -407,6 +407,23 @@ class RunContext:
         self.idle_rounds = self.idle_rounds + 1 if idle else 0
         if self.idle_rounds >= STALL_ROUNDS:
             self.stop("stalled")
+
+    def quiet_aggregations(self) -> int:
+        """How many more aggregations, each applying an update, cannot fire a stop rule.
+
+        A loop may count them in one step (:meth:`count_quiet`) instead of calling
+        :meth:`count_aggregation` for each: the rules' state ends the same. None where the
+        stall rule looks at the clock (no ``rounds``, or a ``max_time``) or progress is shown.
+        """
+        if self._time_rules or self.shows_progress:
+            return 0
+        return max(int(self._max_rounds) - self.round - 1, 0)
+
+    def count_quiet(self, k: int) -> None:
+        """Count ``k`` aggregations that :meth:`quiet_aggregations` allowed."""
+        if k:
+            self.round += k
+            self.idle_rounds = 0
 
     # ----------------------------------------------------------------- progress
     def done(self) -> float:
