@@ -93,7 +93,8 @@ def run(
         their jobs on a plain clock, without SimPy processes (:mod:`simfl.engine.flowround`);
         asynchronous
         runs of devices always online handle their jobs from a heap of the instants they
-        resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
+        resolve (:mod:`simfl.engine.async_planned`; timing-only ones as plain numbers,
+        :mod:`simfl.engine.async_timing`). ``False`` plays every job as a SimPy
         process, stage by stage under availability: the straightforward path; the results
         are identical.
     reference_links
