@@ -230,7 +230,8 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         # this loop plays, does not read the model version meanwhile)
         quiet, uncounted = run.quiet_aggregations(), 0
         pop, push = heapq.heappop, heapq.heappush
-        first, (picks, base, end, second, base2, end2, afters, arrivals, row0) = 0, _EMPTY
+        first = block_end = 0  # the current block's job numbers
+        picks, base, end, second, base2, end2, afters, arrivals, row0 = _EMPTY
         n, drops = self.n_started, self.drops_in_row
         t = float(env.now)
         try:
@@ -273,12 +274,12 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                             run.stop("stalled")
                             return False
                 # start job n on its first pick, or on its second if the first is busy
-                i = n - first
-                if i >= len(picks):
-                    first, i = n, 0
+                if n >= block_end:
                     picks, base, end, second, base2, end2, afters, arrivals, row0 = (
                         self._plan_block(n)
                     )
+                    first, block_end = n, n + len(picks)
+                i = n - first
                 d = picks[i]
                 r, hi = base[i] + job_index[d], end[i]  # its next job's row, if the block has it
                 if busy[d]:
