@@ -26,6 +26,7 @@ from typing import Any
 
 from simfl._checks import check_bool, check_choice
 from simfl.engine.async_planned import PlannedAsyncLoop
+from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import Progress, RunContext
 from simfl.engine.sync import SyncLoop
@@ -92,7 +93,8 @@ def run(
         their jobs on a plain clock, without SimPy processes (:mod:`simfl.engine.flowround`);
         asynchronous
         runs of devices always online handle their jobs from a heap of the instants they
-        resolve (:mod:`simfl.engine.async_planned`). ``False`` plays every job as a SimPy
+        resolve (:mod:`simfl.engine.async_planned`; timing-only ones as plain numbers,
+        :mod:`simfl.engine.async_timing`). ``False`` plays every job as a SimPy
         process, stage by stage under availability: the straightforward path; the results
         are identical.
     reference_links
@@ -162,6 +164,8 @@ def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLo
     """The server loop of the scenario's policy family."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
+        if TimingAsyncLoop.applies(ctx, policy):
+            return TimingAsyncLoop(ctx, policy)
         if PlannedAsyncLoop.applies(ctx, policy):
             return PlannedAsyncLoop(ctx, policy)
         return AsyncLoop(ctx, policy)

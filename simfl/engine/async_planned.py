@@ -524,24 +524,25 @@ class PlannedAsyncLoop:
             recorder.set_round_values("bytes_up", rows_at, _chunk_sums(b_up, self.marks))
 
 
-#: numpy sums fewer values than this one after the other, from 0.0 (longer ones pairwise).
-_SHORT = 8
-
-
 def _chunk_sums(values: NDArray[np.float64], marks: list[tuple[int, int, int]]) -> list[float]:
-    """``float(values[a:b].sum())`` of every mark's range, as the reference sums each chunk.
-
-    Short ranges are summed together, value by value in numpy's order (bit for bit the same);
-    longer ones by numpy one at a time.
-    """
+    """``float(values[a:b].sum())`` of every mark's range, as the reference sums each chunk."""
     bounds = np.array([(a, b) for _, a, b in marks], dtype=np.int64).reshape(-1, 2)
-    lo, size = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
-    padded = np.append(values, np.zeros(_SHORT))  # reads past the end are masked out
-    sums = np.zeros(lo.size)
-    for k in range(_SHORT - 1):
-        sums = np.where(size > k, sums + padded[lo + k], sums)
-    out = sums.tolist()
-    for i in np.flatnonzero(size >= _SHORT).tolist():
-        a, b = bounds[i]
-        out[i] = float(values[a:b].sum())
+    sums: list[float] = chunk_sums(values, bounds[:, 0], bounds[:, 1]).tolist()
+    return sums
+
+
+def chunk_sums(
+    values: NDArray[np.float64], begins: NDArray[np.int64], ends: NDArray[np.int64]
+) -> NDArray[np.float64]:
+    """``values[a:b].sum()`` for every range ``a:b`` of ``begins``, ``ends``, bit for bit.
+
+    Ranges of one length are summed together, as the rows of a 2-D array: numpy sums each
+    row of a reduction along the last axis exactly as it sums that row alone.
+    """
+    sizes = ends - begins
+    out = np.zeros(sizes.size)
+    for m in np.unique(sizes).tolist():
+        if m > 0:
+            rows = np.flatnonzero(sizes == m)
+            out[rows] = values[begins[rows, None] + np.arange(m)].sum(axis=1)
     return out

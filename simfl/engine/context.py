@@ -104,6 +104,11 @@ class RunContext:
             None if isinstance(progress, bool) else progress
         )
         self._shown = 0.0  # simulated seconds the time bar shows
+        #: whether a bar or a callable follows the aggregations
+        self.shows_progress = not self.bar.disable or self.report is not None
+        self._max_rounds = math.inf if scenario.rounds is None else float(scenario.rounds)
+        #: whether the stall rule looks at the time an aggregation advances the clock
+        self._time_rules = scenario.rounds is None or scenario.max_time is not None
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
@@ -376,15 +381,49 @@ class RunContext:
         row.setdefault("status", "ok")
         row.setdefault("duration", row["time"] - row["t_start"])
         self.recorder.add_round(row)
-        self.round += 1
-        sc = self.scenario
-        if sc.rounds is not None and self.round >= sc.rounds:
-            self.stop("rounds")
-        self._check_stall(row)
-        due = self.round % sc.eval_every == 0 or self.stop_reason is not None
+        self.count_aggregation(row["n_arrived"], row["time"] - row["t_start"])
+        due = self.round % self.scenario.eval_every == 0 or self.stop_reason is not None
         if due and self.metrics and row["status"] in ("ok", "empty"):
             self._evaluate()
-        self._advance()
+        self.show_progress()
+
+    def count_aggregation(self, n_arrived: int, advance: float) -> None:
+        """One more aggregation: the ``rounds`` and stall rules (see the module docstring).
+
+        ``advance``: the simulated seconds since the previous aggregation. A loop that records
+        its aggregations itself calls this (and :meth:`show_progress` where
+        :attr:`shows_progress`) instead of :meth:`end_aggregation`.
+        """
+        self.round += 1
+        if self.round >= self._max_rounds:
+            self.stop("rounds")
+        if n_arrived and not self._time_rules:  # not idle: the common case, nothing to check
+            self.idle_rounds = 0
+            return
+        sc = self.scenario
+        if sc.rounds is None and advance == 0:
+            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
+        idle = n_arrived == 0 or (sc.max_time is not None and advance < STALL_SHARE * sc.max_time)
+        self.idle_rounds = self.idle_rounds + 1 if idle else 0
+        if self.idle_rounds >= STALL_ROUNDS:
+            self.stop("stalled")
+
+    def quiet_aggregations(self) -> int:
+        """How many more aggregations, each applying an update, cannot fire a stop rule.
+
+        A loop may count them in one step (:meth:`count_quiet`) instead of calling
+        :meth:`count_aggregation` for each: the rules' state ends the same. None where the
+        stall rule looks at the clock (no ``rounds``, or a ``max_time``) or progress is shown.
+        """
+        if self._time_rules or self.shows_progress:
+            return 0
+        return max(int(self._max_rounds) - self.round - 1, 0)
+
+    def count_quiet(self, k: int) -> None:
+        """Count ``k`` aggregations that :meth:`quiet_aggregations` allowed."""
+        if k:
+            self.round += k
+            self.idle_rounds = 0
 
     # ----------------------------------------------------------------- progress
     def done(self) -> float:
@@ -397,7 +436,7 @@ class RunContext:
         by_time = 0.0 if sc.max_time is None else float(self.env.now) / sc.max_time
         return min(1.0, max(by_rounds, by_time))
 
-    def _advance(self) -> None:
+    def show_progress(self) -> None:
         """After an aggregation: move the bar and tell ``report`` (no recorded number changes).
 
         The bar counts rounds, or, for a run limited only by ``max_time``, simulated seconds
@@ -417,19 +456,6 @@ class RunContext:
         if self.scenario.rounds is None and not self.bar.disable:
             self.bar.update(min(float(self.env.now), float(self.bar.total)) - self._shown)
         self.bar.close()
-
-    def _check_stall(self, row: dict[str, Any]) -> None:
-        """The stall rule (see the module docstring)."""
-        sc = self.scenario
-        advance = row["time"] - row["t_start"]
-        if sc.rounds is None and advance == 0:
-            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
-        idle = row["n_arrived"] == 0 or (
-            sc.max_time is not None and advance < STALL_SHARE * sc.max_time
-        )
-        self.idle_rounds = self.idle_rounds + 1 if idle else 0
-        if self.idle_rounds >= STALL_ROUNDS:
-            self.stop("stalled")
 
     @property
     def stopped(self) -> bool:

@@ -80,6 +80,33 @@ class JobPlan:
         t = self.t_start
         return float(t) if isinstance(t, (float, int)) else float(t[j])
 
+    def take(self, rows: NDArray[np.int64]) -> JobPlan:
+        """The plan of the jobs numbered ``rows``."""
+        t = self.t_start
+        return replace(
+            self,
+            devices=self.devices[rows],
+            t_start=t if np.ndim(t) == 0 else np.asarray(t)[rows],
+            **{f: getattr(self, f)[rows] for f in _ROW_FIELDS},
+            steps=None if self.steps is None else self.steps[rows],
+        )
+
+
+#: The fields of :class:`JobPlan` with one entry (or row) per job, besides ``devices``.
+_ROW_FIELDS = (
+    "download",
+    "compute",
+    "upload",
+    "fail_after",
+    "work",
+    "size_down",
+    "size_up",
+    "progress",
+    "spent",
+    "active_since",
+    "moved",
+)
+
 
 def concat_plans(plans: list[JobPlan]) -> JobPlan:
     """One plan holding the jobs of several (each keeps its own start time)."""

@@ -90,11 +90,20 @@ class Planned(Playback):
         ]
 
     def split(self, plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> Split:  # noqa: D102
-        if (status == ARRIVED).all():  # every stage done, every byte moved
-            return plan.download, plan.compute, plan.upload, plan.size_down, plan.size_up
-        down, comp, up, progress = planned_split(plan, status, t_end)
-        b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links, progress)
-        return down, comp, up, b_down, b_up
+        arrived = status == ARRIVED
+        whole = plan.download, plan.compute, plan.upload, plan.size_down, plan.size_up
+        if arrived.all():  # every stage done, every byte moved
+            return whole
+        # an arrived job's split is its plan: only the others are worked out
+        rest = np.flatnonzero(~arrived)
+        part = plan.take(rest)
+        down, comp, up, progress = planned_split(part, status[rest], t_end[rest])
+        b_down, b_up = bytes_moved(part, self.fleet, down, up, self.links, progress)
+        split = (down, comp, up, b_down, b_up)
+        out = [a.copy() for a in whole]
+        for a, v in zip(out, split, strict=True):
+            a[rest] = v
+        return out[0], out[1], out[2], out[3], out[4]
 
 
 class Live(Playback):

@@ -659,7 +659,7 @@ class Fleet:
 
     def compute_draws(
         self,
-        devices: NDArray[np.int64],
+        devices: NDArray[np.int64] | int,
         *,
         round: int | NDArray[np.int64],
         stage: int,
@@ -668,14 +668,16 @@ class Fleet:
         """Seconds per unit of work of ``devices`` in this round (keyed by the redraw mode).
 
         ``round`` may be an array aligned with ``devices`` (one key per job: asynchronous runs
-        plan a block of jobs, each keyed by its device's job index, in one step).
+        plan a block of jobs, each keyed by its device's job index, in one step). One device
+        given as an ``int`` (with an ``int`` key) is drawn through the streams' scalar path,
+        much faster for a single job, with the same value (a 0-d array).
         """
         key = {"round": round, "stage": stage, "run": 0}[self.redraw]
         u = streams.uniform("compute/" + self.redraw, devices, key)
         if len(self.dists) == 1:
             draws = self.dists[0].ppf(u)
         else:
-            draws = np.empty(devices.shape, dtype=np.float64)
+            draws = np.empty(np.shape(devices), dtype=np.float64)
             grp = self.group[devices]
             for gi, dist in enumerate(self.dists):
                 mask = grp == gi

@@ -339,19 +339,22 @@ class AsyncPolicy(Policy, ABC):
                 return device
             attempt += 1
 
-    def first_picks(self, view: View, first: int, count: int) -> NDArray[np.int64] | None:
+    def first_picks(
+        self, view: View, first: int, count: int, attempt: int = 0
+    ) -> NDArray[np.int64] | None:
         """The devices :meth:`pick` names for jobs ``first .. first + count - 1``, if idle.
 
         Every device online: the first draw of :meth:`pick`'s rejection sampling for each job
         number, drawn in one vectorised step (:meth:`pick` returns it whenever that device is
-        idle, and must be asked otherwise). ``None`` where a subclass picks otherwise (it
+        idle, and must be asked otherwise); ``attempt=1``: its second draw (returned when the
+        first device is busy and this one idle). ``None`` where a subclass picks otherwise (it
         overrides :meth:`pick` and not this method): the engine then asks :meth:`pick` for
         every job.
         """
         if type(self).pick is not AsyncPolicy.pick:
             return None
         n = view.n_devices
-        u = view.streams.uniform("async/select", np.arange(first, first + count), 0)
+        u = view.streams.uniform("async/select", np.arange(first, first + count), attempt)
         return np.minimum((u * n).astype(np.int64), n - 1)
 
     @abstractmethod

@@ -127,11 +127,13 @@ class Recorder:
         #: The round columns: the fixed ones, then the metrics.
         self.round_columns = (*ROUND_COLUMNS, *metrics)
         self._rounds: list[dict[str, Any]] = []
+        self._tail: dict[str, NDArray[Any]] = {}  # rows added as columns, after _rounds
+        self._n_tail = 0
 
     @property
     def n_rounds(self) -> int:
         """Number of round rows recorded so far."""
-        return len(self._rounds)
+        return len(self._rounds) + self._n_tail
 
     def add_jobs(self, columns: dict[str, NDArray[Any]]) -> None:
         """Append one cohort's job rows (one array per column, all the same length)."""
@@ -140,7 +142,23 @@ class Recorder:
 
     def add_round(self, row: dict[str, Any]) -> None:
         """Append one round row; columns missing from ``row`` are NaN, other keys ignored."""
+        if self._tail:
+            raise RuntimeError("Recorder: no round row can follow add_round_columns")
         self._rounds.append(row.copy())
+
+    def add_round_columns(self, columns: dict[str, NDArray[Any]]) -> None:
+        """Append round rows given as columns (arrays of one length; missing columns NaN).
+
+        For a loop that records all its aggregations at the end of its run: they follow the
+        rows of :meth:`add_round`, and nothing is recorded after them.
+        """
+        if self._tail:
+            raise RuntimeError("Recorder: round columns can be added once, at the end")
+        lengths = {len(v) for v in columns.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"Recorder: round columns of different lengths {sorted(lengths)}")
+        self._n_tail = lengths.pop()
+        self._tail = {self._column(c): np.asarray(v) for c, v in columns.items()}
 
     def _column(self, column: str) -> str:
         """``column``, checked to be a round column."""
@@ -185,15 +203,29 @@ class Recorder:
         rounds_cols: dict[str, Any] = {}
         nan = math.nan
         for c in self.round_columns:
-            values = [row.get(c, nan) for row in self._rounds]
+            values: Any = [row.get(c, nan) for row in self._rounds]
+            tail = self._tail.get(c, np.full(self._n_tail, nan))
             if c == "status":
-                codes = [ROUND_STATUSES.index(v) for v in values]
+                codes = [ROUND_STATUSES.index(v) for v in values] + _status_codes(tail)
                 rounds_cols[c] = pd.Categorical.from_codes(codes, dtype=_round_status_dtype())
-            elif c in _INT_COLUMNS:
-                rounds_cols[c] = np.asarray(values, dtype=np.int64)
             else:
-                rounds_cols[c] = np.asarray(values, dtype=np.float64)
+                dtype = np.int64 if c in _INT_COLUMNS else np.float64
+                rounds_cols[c] = np.concatenate(
+                    [np.asarray(values, dtype=dtype), tail.astype(dtype, copy=False)]
+                )
         return Results(pd.DataFrame(rounds_cols), clients, meta, state)
+
+
+def _status_codes(names: NDArray[Any]) -> list[int]:
+    """The codes of round statuses given as an array of names (a ``ValueError`` if unknown)."""
+    codes = np.full(names.size, -1, dtype=np.int64)
+    for code, name in enumerate(ROUND_STATUSES):
+        codes[names == name] = code
+    if (codes < 0).any():
+        bad = names[codes < 0][0]
+        raise ValueError(f"Recorder: round status {bad!r} is not one of {ROUND_STATUSES}")
+    out: list[int] = codes.tolist()
+    return out
 
 
 @functools.cache

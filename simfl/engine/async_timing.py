@@ -1,0 +1,441 @@
+"""Timing-only asynchronous runs, played as columns of floats and ints.
+
+When nothing is computed in a run (an :attr:`~simfl.algorithms.Algorithm.inert` algorithm with
+:attr:`~simfl.algorithms.Algorithm.fixed_jobs`, such as
+:class:`~simfl.algorithms.TimingOnly`; no task metrics; a lazy run), an asynchronous run on a
+planned playback is pure timing: which device each job runs on, when it ends and whether it
+arrives. None of it depends on the model, so :class:`TimingAsyncLoop` plans the schedule in
+blocks and plays it with a loop over plain numbers. It handles the jobs in the same order as
+:class:`~simfl.engine.async_planned.PlannedAsyncLoop` (whose helpers it shares) and the SimPy
+reference :class:`~simfl.engine.asynchronous.AsyncLoop`, with the same keyed draws: the frames
+are identical, bit for bit.
+
+* **Blocks.** A job's download, upload and work depend only on its device: they are computed
+  once for the whole fleet. A job starts on the first device :meth:`~simfl.policies.
+  AsyncPolicy.pick` draws for its number, or on its second draw when the first is busy (the
+  policy is asked only if both are). For a block of job numbers both draws are drawn at once
+  (:meth:`~simfl.policies.AsyncPolicy.first_picks`), and every device drawn gets one row per
+  job index it can reach in the block, with its keyed compute and dropout draws and its
+  resolution (``after``: seconds until the job arrives or drops; ``arrives``), vectorised.
+* **The loop** pops the next job to resolve from a heap of ``(instant, job number, device,
+  arrives)``, starts the next job (its row: the device's range in the block plus its job
+  index) and pushes it: per job, two list appends (start, row). A job the block has no row
+  for (rare), or whose plan is not finite, is planned alone with the same keyed draws
+  (:meth:`TimingAsyncLoop._plan_one`).
+* **Aggregations** append two numbers (jobs started, jobs recorded);
+  :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
+  applies the stop rules, only where one can fire
+  (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were applied,
+  and their staleness, is settled for all aggregations at the end, in numpy, and the rows of
+  both frames are written once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simfl.engine.async_planned import PlannedAsyncLoop, _set_clock, chunk_sums
+from simfl.engine.asynchronous import STALL_JOBS
+from simfl.engine.jobs import JobPlan
+from simfl.network import transfer_seconds
+from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
+from simfl.policies.base import AsyncPolicy
+
+if TYPE_CHECKING:
+    from simfl.engine.context import RunContext
+
+__all__ = ["BLOCK", "FIRST_BLOCK", "TimingAsyncLoop"]
+
+#: Job numbers planned together, at most (larger than the planned loop's blocks: a block here
+#: costs a few vectorised steps and nothing per model version) ...
+BLOCK = 8192
+#: ... and at least: blocks grow with the jobs started so far, from this size to BLOCK.
+FIRST_BLOCK = 1024
+
+
+class _Table(NamedTuple):
+    """A block's plans: by job, its first and second picks and their rows; by row, the plan.
+
+    Job ``i``'s first pick ``picks[i]`` has its job index ``k``'s plan in row
+    ``base[i] + k`` if that is below ``end[i]`` (likewise ``base2``, ``end2`` for
+    ``second[i]``); the rows' ``after`` (seconds until the job arrives or drops, NaN for
+    a plan not finite) and ``arrives``; ``row0``: the table row of the block's row 0.
+    """
+
+    picks: list[int]
+    base: list[int]
+    end: list[int]
+    second: list[int]
+    base2: list[int]
+    end2: list[int]
+    after: list[float]
+    arrives: list[bool]
+    row0: int
+
+
+_EMPTY = _Table([], [], [], [], [], [], [], [], 0)
+
+
+class TimingAsyncLoop(PlannedAsyncLoop):
+    """The asynchronous server loop of a timing-only planned run (see the module docstring)."""
+
+    @staticmethod
+    def applies(run: RunContext, policy: AsyncPolicy) -> bool:
+        """Whether the run computes nothing and :class:`PlannedAsyncLoop` could play it."""
+        alg = type(run.algorithm)
+        return (
+            PlannedAsyncLoop.applies(run, policy)
+            and alg.inert
+            and alg.fixed_jobs
+            and run.lazy
+            and not run.metrics
+        )
+
+    def __init__(self, run: RunContext, policy: AsyncPolicy) -> None:
+        super().__init__(run, policy)
+        fleet, alg = run.fleet, run.algorithm
+        self.payload = alg.payload(run.state)
+        # what a job costs on each device, whatever the draws (alg.fixed_jobs)
+        self.work = np.asarray(alg.work(run.state, np.arange(fleet.size)), dtype=np.float64)
+        self.down = transfer_seconds(self.payload.down, fleet.bandwidth_down, fleet.latency)
+        self.up = transfer_seconds(self.payload.up, fleet.bandwidth_up, fleet.latency)
+        # the plan table (job n's row: self.row[n]): device, compute seconds, failure clock
+        self.picks: list[NDArray[np.int64]] = []
+        self.computes: list[NDArray[np.float64]] = []
+        self.fails: list[NDArray[np.float64]] = []
+        #: the jobs in flight: (instant the job resolves, job number, device, arrives)
+        self.flight: list[tuple[float, int, int, bool]] = []
+        # per aggregation: its time, the jobs started by then, the end of its records
+        self.agg_started: list[int] = []
+        self.agg_end: list[int] = []
+
+    # ----------------------------------------------------------------- plans
+    def _add_rows(
+        self, devices: NDArray[np.int64], compute: NDArray[np.float64], fail: NDArray[np.float64]
+    ) -> int:
+        """Append planned jobs to the table; return the number of the first row."""
+        first = self.n_rows
+        self.picks.append(devices)
+        self.computes.append(compute)
+        self.fails.append(fail)
+        self.n_rows += devices.size
+        return first
+
+    def _plan_block(self, first: int) -> _Table:
+        """Plan the jobs the block of job numbers from ``first`` can start.
+
+        A job starts on its first pick, or on its second if the first is busy (else the policy
+        picks; rare). So every device picked either way gets one row per job index it can
+        reach in the block: its next one, and one more per further pick. A row whose plan is
+        not finite gets a NaN ``after`` (that job is planned alone, and refused).
+        """
+        run, policy = self.run, self.policy
+        size = min(BLOCK, max(FIRST_BLOCK, first))  # growing: short runs plan little ahead
+        picks = policy.first_picks(run.view, first, size)
+        second = policy.first_picks(run.view, first, size, attempt=1)
+        assert picks is not None and second is not None  # the loop plays only such policies
+        devices, at, counts = np.unique(
+            np.concatenate([picks, second]), return_inverse=True, return_counts=True
+        )
+        # (itemgetter of one index returns a value, of two or more a tuple: -1 is dropped)
+        known = np.array(itemgetter(*devices.tolist(), -1)(self.job_index)[:-1], dtype=np.int64)
+        lo = np.cumsum(counts) - counts  # each device's first row in the block
+        rows = np.repeat(devices, counts)
+        keys = np.repeat(known - lo, counts) + np.arange(rows.size)  # job index of each row
+        fleet, streams = run.fleet, run.streams
+        draws = fleet.compute_draws(rows, round=keys, stage=0, streams=streams)
+        fail = np.full(rows.size, np.inf)
+        rate = fleet.dropout_rate[rows]
+        if rate.any():
+            u = streams.uniform("dropout", rows, keys)
+            with np.errstate(divide="ignore"):
+                fail = np.where(rate > 0, -np.log(u) / rate, np.inf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            compute = self.work[rows] * draws
+            total = self.down[rows] + compute + self.up[rows]
+        arrives = fail >= total
+        after = np.where(np.isfinite(total), np.where(arrives, total, fail), np.nan)
+        row0 = self._add_rows(rows, compute, fail)
+        # a device's row (in the block) for its job index k: base + k, valid below its end
+        base, end = lo - known, lo + counts
+        at1, at2 = at[:size], at[size:]  # each pick's place in devices
+        return _Table(
+            picks.tolist(),
+            base[at1].tolist(),
+            end[at1].tolist(),
+            second.tolist(),
+            base[at2].tolist(),
+            end[at2].tolist(),
+            after.tolist(),
+            arrives.tolist(),
+            row0,
+        )
+
+    def _plan_one(self, device: int, key: int) -> tuple[float, bool, int]:
+        """Plan one job alone, as the reference plans every job: after, arrives, its row.
+
+        A plan that is not finite is refused as :func:`~simfl.engine.jobs.plan_jobs` does.
+        """
+        run, fleet = self.run, self.run.fleet
+        # the keyed draws through the scalar path: the values of plan_jobs's, as 0-d arrays
+        draws = fleet.compute_draws(device, round=key, stage=0, streams=run.streams)
+        compute = float(self.work[device] * draws)
+        rate = fleet.dropout_rate[device]
+        fail_after = math.inf
+        if rate > 0:
+            u = run.streams.uniform("dropout", device, key)
+            with np.errstate(divide="ignore"):
+                fail_after = float(-np.log(u) / rate)
+        total = float(self.down[device]) + compute + float(self.up[device])
+        if not math.isfinite(total):
+            run.plan(np.array([device], dtype=np.int64), key=key, stage=0)  # raises, naming it
+        row = self._add_rows(
+            np.array([device], dtype=np.int64), np.array([compute]), np.array([fail_after])
+        )
+        arrives = fail_after >= total
+        return (total if arrives else fail_after), arrives, row
+
+    def _start_alone(self, n: int, device: int, now: float) -> tuple[float, int, int, bool]:
+        """Job ``n`` (on ``device`` unless busy), not in the block's table: its heap entry."""
+        if self._busy[device]:
+            picked = self.policy.pick(self.run.view, self.busy, n)
+            assert picked is not None  # concurrency <= fleet size: an idle device exists
+            device = picked
+        after, arrives, row = self._plan_one(device, self.job_index[device])
+        self.row.append(row)
+        return now + after, n, device, arrives
+
+    # ----------------------------------------------------------------- the loop
+    def play(self) -> bool:
+        """Handle the jobs as they resolve; aggregate every ``buffer()`` arrivals.
+
+        Returns whether it stopped at ``max_time`` (the next job resolves at or after it).
+        """
+        run, heap, env = self.run, self.flight, self.env
+        max_time = run.scenario.max_time
+        budget = math.inf if max_time is None else float(max_time)
+        size, concurrency = self.policy.buffer(), self.policy.concurrency
+        busy, job_index, t_start = self._busy, self.job_index, self.t_start
+        buffer, ended, records, rows = self.buffer, self.ended, self.records, self.row
+        agg_started, agg_end = self.agg_started, self.agg_end
+        limit, last = self.policy.max_staleness, self.last_time
+        # aggregations the stop rules need not see one by one (the base pick, the only one
+        # this loop plays, does not read the model version meanwhile)
+        quiet, uncounted = run.quiet_aggregations(), 0
+        pop, push = heapq.heappop, heapq.heappush
+        first = block_end = 0  # the current block's job numbers
+        picks, base, end, second, base2, end2, afters, arrivals, row0 = _EMPTY
+        n, drops = self.n_started, self.drops_in_row
+        t = float(env.now)
+        try:
+            while True:
+                if len(heap) >= concurrency:  # the next job to resolve (else: filling up)
+                    if heap[0][0] >= budget:  # events at the budget are not handled
+                        return True
+                    t, job, d, arrives = pop(heap)
+                    busy[d] = 0
+                    if arrives:
+                        drops = 0
+                        buffer.append(job)
+                        if len(buffer) >= size:  # aggregate (its row is written at the end)
+                            applied = size if limit is None else self._applied(uncounted)
+                            if ended:
+                                records += ended
+                                ended.clear()
+                            records += buffer
+                            buffer.clear()
+                            agg_started.append(n)
+                            agg_end.append(len(records))
+                            if applied and quiet:  # no stop rule can fire: counted later
+                                quiet -= 1
+                                uncounted += 1
+                            else:
+                                run.count_quiet(uncounted)
+                                uncounted = 0
+                                run.count_aggregation(applied, t - last)
+                                if run.shows_progress:
+                                    _set_clock(env, t)
+                                    run.show_progress()
+                                if run.stop_reason is not None:
+                                    return False
+                                quiet = run.quiet_aggregations()
+                            last = t
+                    else:
+                        ended.append(job)
+                        drops += 1
+                        if drops >= STALL_JOBS:
+                            run.stop("stalled")
+                            return False
+                # start job n on its first pick, or on its second if the first is busy
+                if n >= block_end:
+                    picks, base, end, second, base2, end2, afters, arrivals, row0 = (
+                        self._plan_block(n)
+                    )
+                    first, block_end = n, n + len(picks)
+                i = n - first
+                d = picks[i]
+                r, hi = base[i] + job_index[d], end[i]  # its next job's row, if the block has it
+                if busy[d]:
+                    d = second[i]
+                    r, hi = base2[i] + job_index[d], end2[i]
+                if busy[d] or r >= hi or afters[r] != afters[r]:  # NaN: a plan not finite
+                    entry = self._start_alone(n, d, t)
+                    d = entry[2]
+                else:
+                    entry = (t + afters[r], n, d, arrivals[r])
+                    rows.append(row0 + r)
+                busy[d] = 1
+                job_index[d] += 1
+                t_start.append(t)
+                push(heap, entry)
+                n += 1
+        finally:  # also when interrupted: what was handled is recorded at its instant
+            run.count_quiet(uncounted)
+            self.n_started = n
+            self.last_time = last
+            self.drops_in_row = drops
+            _set_clock(env, t)
+
+    def _applied(self, uncounted: int) -> int:
+        """How many buffered updates are not staler than ``max_staleness`` now.
+
+        ``uncounted``: aggregations not yet counted in the run's version. (Which updates, and
+        their staleness, is settled for every aggregation at the end, by :meth:`_settle_all`.)
+        A job's version is the number of aggregations before it started.
+        """
+        limit, started = self.policy.max_staleness, self.agg_started
+        assert limit is not None
+        version = self.run.round + uncounted
+        return sum(version - bisect_right(started, job) <= limit for job in self.buffer)
+
+    # ----------------------------------------------------------------- the end
+    @property
+    def in_flight(self) -> bool:
+        """Whether jobs are in flight or updates wait in the buffer."""
+        return bool(self.flight or self.buffer or self.ended)
+
+    def abandon(self) -> None:
+        """At the end of the run: cancel what is in flight, record every job and aggregation."""
+        if self.done:
+            return
+        self.done = True
+        flying = sorted(entry[1] for entry in self.flight)
+        self.records += self.ended + self.buffer + flying  # the buffer stays CANCELLED
+        self.flight.clear()
+        self.buffer, self.ended = [], []
+        if self.records:
+            self._write(len(flying))
+
+    def _write(self, n_flying: int) -> None:
+        """Write every job row (in ``records`` order) and every aggregation row.
+
+        A job's end, status and staleness follow from its plan and the aggregations: a
+        handled job ended ``after`` its start (the loop's own addition); it dropped if its
+        plan says so; aggregation ``k``'s last ``buffer()`` records arrived (or were late);
+        the buffer left at the end and the jobs in flight (the last ``n_flying`` records,
+        ending now) were cancelled.
+        """
+        rec = np.array(self.records, dtype=np.int64)
+        m = rec.size
+        rows = np.array(self.row, dtype=np.int64)[rec]
+        devices = np.concatenate(self.picks)[rows]
+        compute = np.concatenate(self.computes)[rows]
+        fail = np.concatenate(self.fails)[rows]
+        down, up = self.down[devices], self.up[devices]
+        total = down + compute + up
+        arrives = fail >= total
+        starts = np.array(self.t_start, dtype=np.float64)[rec]
+        flying = np.arange(m) >= m - n_flying
+        t_end = np.where(flying, float(self.env.now), starts + np.where(arrives, total, fail))
+        status = np.where(~flying & ~arrives, DROPPED, CANCELLED).astype(np.int8)
+        staleness = np.full(m, np.nan)
+        started = np.array(self.agg_started, dtype=np.int64)
+        version = np.searchsorted(started, rec, side="right")  # aggregations before its start
+        arrived, lag_sum = self._settle_all(version, status, staleness)
+        plan = JobPlan(
+            devices=devices,
+            t_start=starts,
+            download=down,
+            compute=compute,
+            upload=up,
+            fail_after=fail,
+            work=self.work[devices],
+            size_down=np.full(m, float(self.payload.down)),
+            size_up=np.full(m, float(self.payload.up)),
+            progress=np.zeros(m, dtype=np.int8),
+            spent=np.zeros((m, 3)),
+            active_since=starts,
+            moved=np.full((m, 2), np.nan),
+        )
+        b_down, b_up = self.run.record_job_rows(
+            plan, status, t_end, round=version, stage=0, staleness=staleness, waits=False
+        )
+        self._record_rounds(t_end, arrived, lag_sum, b_down, b_up)
+
+    def _settle_all(
+        self,
+        version: NDArray[np.int64],
+        status: NDArray[np.int8],
+        staleness: NDArray[np.float64],
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Mark every aggregated update arrived or late (in place, in record order).
+
+        ``version``: each record's model version. Returns, per aggregation, the number of
+        updates applied and their staleness summed. Aggregation ``k`` recorded
+        ``records[end[k-1]:end[k]]``: the drops, then the buffer (its last ``buffer()``).
+        """
+        size, limit = self.policy.buffer(), self.policy.max_staleness
+        ends = np.array(self.agg_end, dtype=np.int64)
+        k = ends.size
+        at = (ends[:, None] - size + np.arange(size)).ravel()
+        lag = np.repeat(np.arange(k), size) - version[at]
+        ok = np.ones(lag.size, dtype=bool) if limit is None else lag <= limit
+        status[at] = np.where(ok, ARRIVED, LATE)
+        staleness[at] = np.where(ok, lag, np.nan)
+        arrived = ok.reshape(k, size).sum(axis=1)
+        lag_sum = np.where(ok, lag, 0).reshape(k, size).sum(axis=1)
+        return arrived, lag_sum
+
+    def _record_rounds(
+        self,
+        t_end: NDArray[np.float64],
+        arrived: NDArray[np.int64],
+        lag_sum: NDArray[np.int64],
+        b_down: NDArray[np.float64],
+        b_up: NDArray[np.float64],
+    ) -> None:
+        """Write every aggregation row (bytes summed over its jobs as the reference sums)."""
+        k = arrived.size
+        if k == 0:
+            return
+        size = self.policy.buffer()
+        ends = np.array(self.agg_end, dtype=np.int64)
+        time = t_end[ends - 1]  # the end of its last buffered job
+        t_start = np.r_[0.0, time[:-1]]
+        begins = np.r_[0, ends[:-1]]
+        with np.errstate(invalid="ignore"):  # 0 / 0: no update applied
+            stale = np.where(arrived > 0, lag_sum / arrived, np.nan)
+        columns: dict[str, NDArray[Any]] = {
+            "round": np.arange(k),
+            "stage": np.zeros(k, dtype=np.int64),
+            "t_start": t_start,
+            "time": time,
+            "duration": time - t_start,
+            "status": np.where(arrived > 0, "ok", "empty"),
+            "n_selected": np.diff(np.array(self.agg_started, dtype=np.int64), prepend=0),
+            "n_arrived": arrived,
+            "n_dropped": ends - begins - size,
+            "n_late": size - arrived,
+            "n_cancelled": np.zeros(k, dtype=np.int64),
+            "bytes_down": chunk_sums(b_down, begins, ends),
+            "bytes_up": chunk_sums(b_up, begins, ends),
+            "staleness_mean": stale,
+        }
+        self.run.recorder.add_round_columns(columns)
