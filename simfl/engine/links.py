@@ -40,6 +40,11 @@ __all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
 _TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
 
 
+#: a flow's place in a :class:`FlowNetwork`: (its shared link's resource, or -1 for none and -2
+#: for none that fits; its own cap; its private finite resources)
+Route = tuple[int, float, tuple[int, ...]]
+
+
 class Flow(Member):
     """One transfer over a path (see :class:`FlowNetwork`)."""
 
@@ -53,7 +58,7 @@ class Flow(Member):
         self.rate = 0.0
         self.done = env.event()
         #: its place in a :class:`FlowNetwork` (shared resource, own cap, private resources)
-        self.route: tuple[int, float, tuple[int, ...]] | None = None
+        self.route: Route | None = None
 
 
 class Links(ABC):
@@ -214,22 +219,29 @@ class FlowNetwork(Links):
         self._all = [self._free]  # every SharedLink of the network
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
-        self._routes: dict[bytes, tuple[int, float, tuple[int, ...]]] = {}
+        self._routes: dict[bytes, Route] = {}
         self._token = 0
         self._wake_at = math.inf
         self.reference: ReferenceFlowNetwork | None = None
-        self._starts: dict[tuple[int, str, bool], NDArray[np.int64]] = {}
+        #: each device's path per (device, direction, local): its resources and its route
+        self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
 
     def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
         """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
+        if self.reference is not None:
+            return super().start(device, direction, size, local=local)
         key = (device, direction, local)
-        res = self._starts.get(key)
-        if res is None:
-            res = self._starts[key] = super().resources(device, direction)[-1 if local else 0 :]
-        return self.start_on(res, size)
+        known = self._starts.get(key)
+        if known is None:
+            res = super().resources(device, direction)[-1 if local else 0 :]
+            known = self._starts[key] = (res, self._route(res))
+        flow = Flow(self.env, known[0], size)
+        flow.route = known[1]
+        self.resume(flow)
+        return flow
 
     # ----------------------------------------------------------------- flows
     def resume(self, flow: Flow) -> None:
@@ -266,7 +278,7 @@ class FlowNetwork(Links):
         return flow.delivered
 
     # ----------------------------------------------------------------- internals
-    def _route(self, resources: NDArray[np.int64]) -> tuple[int, float, tuple[int, ...]]:
+    def _route(self, resources: NDArray[np.int64]) -> Route:
         """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
 
         A flow joins the deepest contended resource on its path; with two (an edge's link
@@ -345,7 +357,7 @@ class FlowNetwork(Links):
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))  # type: ignore[arg-type]
-        for top in dict.fromkeys(link.parent or link for link in busy):
+        for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
             top.settle(now)  # a parent rebalances its children too
         finished.sort(key=lambda f: f.seq)
         for f in finished:

@@ -257,13 +257,21 @@ class SharedLink:
         whose class disagrees with ``L`` (or, inside a saturated child, with the child's own
         level) is moved, and ``L`` solved again. Every such move raises ``L`` (or leaves it
         alone, inside a saturated child), so each item changes class at most twice.
+
+        Each child's test is three numbers (:meth:`_bounds`), refreshed only when that child
+        moves, so a step costs a few comparisons per child, not heap look-ups.
         """
         self._advance(now)
         children = self.children
         for child in children:
             child._advance(now)
+        bounds = [child._bounds() for child in children]
         level = math.inf
-        for _ in range(64 + 4 * (len(self) + sum(len(c) for c in children))):
+        steps = 0
+        while True:
+            steps += 1
+            if steps > 64 and steps > 64 + 4 * (len(self) + sum(len(c) for c in children)):
+                break
             fixed, slope = self.capped_sum, self.n_level
             for child in children:
                 if child.saturated:
@@ -275,7 +283,7 @@ class SharedLink:
                 level = (self.capacity - fixed) / slope
             else:
                 level = math.inf if fixed <= self.capacity else -math.inf
-            if self._move_one(now, level) or any(c._settle_below(now, level) for c in children):
+            if self._move_one(now, level) or self._settle_children(now, level, bounds):
                 continue
             break
         self.level = level
@@ -284,13 +292,39 @@ class SharedLink:
             child.next_at = child.next_finish()
         self.next_at = self.next_finish()
 
-    def _settle_below(self, now: float, level: float) -> bool:
-        """One move of this child toward agreeing with its parent's ``level``; whether moved."""
-        own = self._own_level()
-        if self.saturated != (own < level):  # (un)saturates: takes its capacity, or less
-            self.saturated = not self.saturated
-            return True
-        return self._move_one(now, own if self.saturated else level)
+    def _settle_children(
+        self, now: float, level: float, bounds: list[tuple[float, float, float]]
+    ) -> bool:
+        """One move of the first child that disagrees with ``level``; whether one moved.
+
+        A child disagrees when its saturation does not match ``own < level`` (it flips), or
+        when a member's class does not match the level it sees (``own`` if saturated, else
+        ``level``): the member moves and the child's ``bounds`` are refreshed.
+        """
+        for i, child in enumerate(self.children):
+            own, low, high = bounds[i]
+            if child.saturated != (own < level):  # (un)saturates: takes its capacity, or less
+                child.saturated = not child.saturated
+                return True
+            seen = own if child.saturated else level
+            if low < seen or high > seen:
+                child._move_one(now, seen)
+                bounds[i] = child._bounds()
+                return True
+        return False
+
+    def _bounds(self) -> tuple[float, float, float]:
+        """(own level, smallest level member's cap, largest capped member's cap).
+
+        ``inf`` and ``-inf`` stand for no such member: the classes agree with a level ``L``
+        exactly when ``not low < L and not high > L``.
+        """
+        low, high = self._top(self._by_low), self._top(self._by_high)
+        return (
+            self._own_level(),
+            math.inf if low is None else low.cap,
+            -math.inf if high is None else high.cap,
+        )
 
     def _move_one(self, now: float, level: float) -> bool:
         """Move one member whose class disagrees with ``level``; whether one was moved."""
