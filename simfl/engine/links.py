@@ -219,7 +219,7 @@ class FlowNetwork(Links):
         self._all = [self._free]  # every SharedLink of the network
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
-        self._routes: dict[bytes, Route] = {}
+        self._routes: dict[tuple[int, ...], Route] = {}
         self._token = 0
         self._wake_at = math.inf
         self.reference: ReferenceFlowNetwork | None = None
@@ -236,8 +236,7 @@ class FlowNetwork(Links):
         key = (device, direction, local)
         known = self._starts.get(key)
         if known is None:
-            res = super().resources(device, direction)[-1 if local else 0 :]
-            known = self._starts[key] = (res, self._route(res))
+            known = self._starts[key] = self._path(device, direction, local)
         flow = Flow(self.env, known[0], size)
         flow.route = known[1]
         self.resume(flow)
@@ -249,7 +248,7 @@ class FlowNetwork(Links):
         if self.reference is not None:
             return self.reference.resume(flow)
         if flow.route is None:
-            flow.route = self._route(flow.resources)
+            flow.route = self._route(flow.resources.tolist())
         contended, cap, private = flow.route
         if flow.done_by(flow.remaining) or (contended < 0 and math.isinf(cap)):
             self._settle(flow, 0.0)
@@ -278,17 +277,28 @@ class FlowNetwork(Links):
         return flow.delivered
 
     # ----------------------------------------------------------------- internals
-    def _route(self, resources: NDArray[np.int64]) -> Route:
+    def _path(self, device: int, direction: str, local: bool) -> tuple[NDArray[np.int64], Route]:
+        """``device``'s resources in ``direction`` (its access link alone if ``local``), routed.
+
+        :meth:`Links.resources` in plain Python (a path is a few links: NumPy's per-call cost
+        would dominate).
+        """
+        links = self.topology.paths[device].tolist()
+        up = 1 if direction == "up" else 0
+        resources = [2 * link + up for link in (links[-1:] if local else links)]
+        return np.array(resources, dtype=np.int64), self._route(resources)
+
+    def _route(self, resources: list[int]) -> Route:
         """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
 
         A flow joins the deepest contended resource on its path; with two (an edge's link
         and the cloud's), the upper one becomes that link's parent.
         """
-        key = resources.tobytes()
+        key = tuple(resources)
         route = self._routes.get(key)
         if route is None:
             capacity, contended = self._capacity, self._contended_list
-            finite = [r for r in resources.tolist() if capacity[r] < math.inf]
+            finite = [r for r in resources if capacity[r] < math.inf]
             shared = [r for r in finite if contended[r]]
             private = tuple(r for r in finite if not contended[r])
             cap = min((capacity[r] for r in private), default=math.inf)
@@ -323,7 +333,9 @@ class FlowNetwork(Links):
         """Book the bytes ``flow`` moved since it was last touched; ``left`` remain."""
         moved = flow.remaining - left
         flow.delivered += moved
-        self.carried[flow.resources] += moved
+        carried = self.carried
+        for r in flow.resources.tolist():  # a few resources: cheaper than fancy indexing
+            carried[r] += moved
         flow.remaining = left
 
     def _release(self, flow: Flow, left: float) -> None:

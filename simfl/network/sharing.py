@@ -96,6 +96,7 @@ class SharedLink:
         self._by_low: list[Entry] = []  # level flows by cap, smallest first
         self._by_end: list[Entry] = []  # capped flows by finish time
         self._by_high: list[Entry] = []  # capped flows by cap, largest first (negated)
+        self._bounds_at: tuple[float, float, float] | None = None  # :meth:`_bounds`, if known
 
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -202,6 +203,7 @@ class SharedLink:
         return None
 
     def _to_level(self, m: Member, remaining: float) -> None:
+        self._bounds_at = None
         m.ver += 1
         m.capped = False
         m.key = self.clock + remaining
@@ -210,6 +212,7 @@ class SharedLink:
         heapq.heappush(self._by_low, (m.cap, m.seq, m.ver, m))
 
     def _to_capped(self, m: Member, remaining: float, now: float) -> None:
+        self._bounds_at = None
         m.ver += 1
         m.capped = True
         m.t0, m.rem0 = now, remaining
@@ -220,6 +223,7 @@ class SharedLink:
 
     def _drop(self, m: Member) -> None:
         """Take ``m`` out of its class (no rebalance)."""
+        self._bounds_at = None
         m.ver += 1
         if m.capped:
             del self.capped[m]
@@ -317,14 +321,16 @@ class SharedLink:
         """(own level, smallest level member's cap, largest capped member's cap).
 
         ``inf`` and ``-inf`` stand for no such member: the classes agree with a level ``L``
-        exactly when ``not low < L and not high > L``.
+        exactly when ``not low < L and not high > L``. Kept until a member changes.
         """
-        low, high = self._top(self._by_low), self._top(self._by_high)
-        return (
-            self._own_level(),
-            math.inf if low is None else low.cap,
-            -math.inf if high is None else high.cap,
-        )
+        if self._bounds_at is None:
+            low, high = self._top(self._by_low), self._top(self._by_high)
+            self._bounds_at = (
+                self._own_level(),
+                math.inf if low is None else low.cap,
+                -math.inf if high is None else high.cap,
+            )
+        return self._bounds_at
 
     def _move_one(self, now: float, level: float) -> bool:
         """Move one member whose class disagrees with ``level``; whether one was moved."""
@@ -355,5 +361,6 @@ class SharedLink:
         self.next_at = self.next_finish()
 
     def _drop_level(self, m: Member) -> None:
+        self._bounds_at = None
         m.ver += 1
         self.n_level -= 1
