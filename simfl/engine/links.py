@@ -298,12 +298,19 @@ class FlowNetwork(Links):
         route = self._routes.get(key)
         if route is None:
             capacity, contended = self._capacity, self._contended_list
-            finite = [r for r in resources if capacity[r] < math.inf]
-            shared = [r for r in finite if contended[r]]
-            private = tuple(r for r in finite if not contended[r])
-            cap = min((capacity[r] for r in private), default=math.inf)
-            route = (self._nest(shared), cap, private)
-            self._routes[key] = route
+            shared: list[int] = []
+            private: list[int] = []
+            cap = math.inf
+            for r in resources:
+                c = capacity[r]
+                if c == math.inf:
+                    continue
+                if contended[r]:
+                    shared.append(r)
+                else:
+                    private.append(r)
+                    cap = min(cap, c)
+            route = self._routes[key] = (self._nest(shared), cap, tuple(private))
         return route
 
     def _nest(self, shared: list[int]) -> int:
