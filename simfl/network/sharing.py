@@ -21,7 +21,9 @@ Two levels nest (an edge server's link under the cloud's, :meth:`SharedLink.atta
 then gets ``min(c_i, L_e, L)``, its edge's own level ``L_e`` and the cloud's level ``L``; the
 cloud solves for ``L`` with each child either *saturated* (taking exactly its capacity) or
 taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
-(:meth:`SharedLink._rebalance_tree`, ``O(children)`` per step).
+(:meth:`SharedLink._rebalance_tree`). A step of it costs a few float comparisons per child
+(each child's test is three numbers, :meth:`SharedLink._bounds`, kept until that child
+changes) and heap work only where a member moves.
 
 A flow event moves the level once and moves only the flows whose class changes (each at most
 twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Heap entries are
