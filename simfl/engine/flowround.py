@@ -22,6 +22,7 @@ flight leaves the round as the live path leaves it at that instant: events at or
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections.abc import Callable
@@ -341,6 +342,8 @@ def play_flow_round(
     budget = math.inf if max_time is None else max_time
     env = net.env
     net.env = clock  # type: ignore[assignment]
+    collect = gc.isenabled()
+    gc.disable()  # the round allocates many short-lived objects and frees them itself
     try:
         while state.closed_at is None:
             t = clock.peek()
@@ -350,6 +353,8 @@ def play_flow_round(
                 return t, False
             clock.step()
     finally:
+        if collect:
+            gc.enable()
         net.env = env
         state.flush()
     return state.closed_at, True

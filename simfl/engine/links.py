@@ -40,6 +40,11 @@ __all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
 _TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
 
 
+#: a flow's place in a :class:`FlowNetwork`: (its shared link's resource, or -1 for none and -2
+#: for none that fits; its own cap; its private finite resources)
+Route = tuple[int, float, tuple[int, ...]]
+
+
 class Flow(Member):
     """One transfer over a path (see :class:`FlowNetwork`)."""
 
@@ -53,7 +58,7 @@ class Flow(Member):
         self.rate = 0.0
         self.done = env.event()
         #: its place in a :class:`FlowNetwork` (shared resource, own cap, private resources)
-        self.route: tuple[int, float, tuple[int, ...]] | None = None
+        self.route: Route | None = None
 
 
 class Links(ABC):
@@ -214,22 +219,28 @@ class FlowNetwork(Links):
         self._all = [self._free]  # every SharedLink of the network
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
-        self._routes: dict[bytes, tuple[int, float, tuple[int, ...]]] = {}
+        self._routes: dict[tuple[int, ...], Route] = {}
         self._token = 0
         self._wake_at = math.inf
         self.reference: ReferenceFlowNetwork | None = None
-        self._starts: dict[tuple[int, str, bool], NDArray[np.int64]] = {}
+        #: each device's path per (device, direction, local): its resources and its route
+        self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
 
     def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
         """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
+        if self.reference is not None:
+            return super().start(device, direction, size, local=local)
         key = (device, direction, local)
-        res = self._starts.get(key)
-        if res is None:
-            res = self._starts[key] = super().resources(device, direction)[-1 if local else 0 :]
-        return self.start_on(res, size)
+        known = self._starts.get(key)
+        if known is None:
+            known = self._starts[key] = self._path(device, direction, local)
+        flow = Flow(self.env, known[0], size)
+        flow.route = known[1]
+        self.resume(flow)
+        return flow
 
     # ----------------------------------------------------------------- flows
     def resume(self, flow: Flow) -> None:
@@ -237,7 +248,7 @@ class FlowNetwork(Links):
         if self.reference is not None:
             return self.reference.resume(flow)
         if flow.route is None:
-            flow.route = self._route(flow.resources)
+            flow.route = self._route(flow.resources.tolist())
         contended, cap, private = flow.route
         if flow.done_by(flow.remaining) or (contended < 0 and math.isinf(cap)):
             self._settle(flow, 0.0)
@@ -266,22 +277,40 @@ class FlowNetwork(Links):
         return flow.delivered
 
     # ----------------------------------------------------------------- internals
-    def _route(self, resources: NDArray[np.int64]) -> tuple[int, float, tuple[int, ...]]:
+    def _path(self, device: int, direction: str, local: bool) -> tuple[NDArray[np.int64], Route]:
+        """``device``'s resources in ``direction`` (its access link alone if ``local``), routed.
+
+        :meth:`Links.resources` in plain Python (a path is a few links: NumPy's per-call cost
+        would dominate).
+        """
+        links = self.topology.paths[device].tolist()
+        up = 1 if direction == "up" else 0
+        resources = [2 * link + up for link in (links[-1:] if local else links)]
+        return np.array(resources, dtype=np.int64), self._route(resources)
+
+    def _route(self, resources: list[int]) -> Route:
         """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
 
         A flow joins the deepest contended resource on its path; with two (an edge's link
         and the cloud's), the upper one becomes that link's parent.
         """
-        key = resources.tobytes()
+        key = tuple(resources)
         route = self._routes.get(key)
         if route is None:
             capacity, contended = self._capacity, self._contended_list
-            finite = [r for r in resources.tolist() if capacity[r] < math.inf]
-            shared = [r for r in finite if contended[r]]
-            private = tuple(r for r in finite if not contended[r])
-            cap = min((capacity[r] for r in private), default=math.inf)
-            route = (self._nest(shared), cap, private)
-            self._routes[key] = route
+            shared: list[int] = []
+            private: list[int] = []
+            cap = math.inf
+            for r in resources:
+                c = capacity[r]
+                if c == math.inf:
+                    continue
+                if contended[r]:
+                    shared.append(r)
+                else:
+                    private.append(r)
+                    cap = min(cap, c)
+            route = self._routes[key] = (self._nest(shared), cap, tuple(private))
         return route
 
     def _nest(self, shared: list[int]) -> int:
@@ -311,7 +340,9 @@ class FlowNetwork(Links):
         """Book the bytes ``flow`` moved since it was last touched; ``left`` remain."""
         moved = flow.remaining - left
         flow.delivered += moved
-        self.carried[flow.resources] += moved
+        carried = self.carried
+        for r in flow.resources.tolist():  # a few resources: cheaper than fancy indexing
+            carried[r] += moved
         flow.remaining = left
 
     def _release(self, flow: Flow, left: float) -> None:
@@ -345,7 +376,7 @@ class FlowNetwork(Links):
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))  # type: ignore[arg-type]
-        for top in dict.fromkeys(link.parent or link for link in busy):
+        for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
             top.settle(now)  # a parent rebalances its children too
         finished.sort(key=lambda f: f.seq)
         for f in finished:

@@ -21,7 +21,9 @@ Two levels nest (an edge server's link under the cloud's, :meth:`SharedLink.atta
 then gets ``min(c_i, L_e, L)``, its edge's own level ``L_e`` and the cloud's level ``L``; the
 cloud solves for ``L`` with each child either *saturated* (taking exactly its capacity) or
 taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
-(:meth:`SharedLink._rebalance_tree`, ``O(children)`` per step).
+(:meth:`SharedLink._rebalance_tree`). A step of it costs a few float comparisons per child
+(each child's test is three numbers, :meth:`SharedLink._bounds`, kept until that child
+changes) and heap work only where a member moves.
 
 A flow event moves the level once and moves only the flows whose class changes (each at most
 twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Heap entries are
@@ -96,6 +98,7 @@ class SharedLink:
         self._by_low: list[Entry] = []  # level flows by cap, smallest first
         self._by_end: list[Entry] = []  # capped flows by finish time
         self._by_high: list[Entry] = []  # capped flows by cap, largest first (negated)
+        self._bounds_at: tuple[float, float, float] | None = None  # :meth:`_bounds`, if known
 
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -202,6 +205,7 @@ class SharedLink:
         return None
 
     def _to_level(self, m: Member, remaining: float) -> None:
+        self._bounds_at = None
         m.ver += 1
         m.capped = False
         m.key = self.clock + remaining
@@ -210,6 +214,7 @@ class SharedLink:
         heapq.heappush(self._by_low, (m.cap, m.seq, m.ver, m))
 
     def _to_capped(self, m: Member, remaining: float, now: float) -> None:
+        self._bounds_at = None
         m.ver += 1
         m.capped = True
         m.t0, m.rem0 = now, remaining
@@ -220,6 +225,7 @@ class SharedLink:
 
     def _drop(self, m: Member) -> None:
         """Take ``m`` out of its class (no rebalance)."""
+        self._bounds_at = None
         m.ver += 1
         if m.capped:
             del self.capped[m]
@@ -257,13 +263,21 @@ class SharedLink:
         whose class disagrees with ``L`` (or, inside a saturated child, with the child's own
         level) is moved, and ``L`` solved again. Every such move raises ``L`` (or leaves it
         alone, inside a saturated child), so each item changes class at most twice.
+
+        Each child's test is three numbers (:meth:`_bounds`), refreshed only when that child
+        moves, so a step costs a few comparisons per child, not heap look-ups.
         """
         self._advance(now)
         children = self.children
         for child in children:
             child._advance(now)
+        bounds = [child._bounds() for child in children]
         level = math.inf
-        for _ in range(64 + 4 * (len(self) + sum(len(c) for c in children))):
+        steps = 0
+        while True:
+            steps += 1
+            if steps > 64 and steps > 64 + 4 * (len(self) + sum(len(c) for c in children)):
+                break
             fixed, slope = self.capped_sum, self.n_level
             for child in children:
                 if child.saturated:
@@ -275,7 +289,7 @@ class SharedLink:
                 level = (self.capacity - fixed) / slope
             else:
                 level = math.inf if fixed <= self.capacity else -math.inf
-            if self._move_one(now, level) or any(c._settle_below(now, level) for c in children):
+            if self._move_one(now, level) or self._settle_children(now, level, bounds):
                 continue
             break
         self.level = level
@@ -284,13 +298,41 @@ class SharedLink:
             child.next_at = child.next_finish()
         self.next_at = self.next_finish()
 
-    def _settle_below(self, now: float, level: float) -> bool:
-        """One move of this child toward agreeing with its parent's ``level``; whether moved."""
-        own = self._own_level()
-        if self.saturated != (own < level):  # (un)saturates: takes its capacity, or less
-            self.saturated = not self.saturated
-            return True
-        return self._move_one(now, own if self.saturated else level)
+    def _settle_children(
+        self, now: float, level: float, bounds: list[tuple[float, float, float]]
+    ) -> bool:
+        """One move of the first child that disagrees with ``level``; whether one moved.
+
+        A child disagrees when its saturation does not match ``own < level`` (it flips), or
+        when a member's class does not match the level it sees (``own`` if saturated, else
+        ``level``): the member moves and the child's ``bounds`` are refreshed.
+        """
+        for i, child in enumerate(self.children):
+            own, low, high = bounds[i]
+            if child.saturated != (own < level):  # (un)saturates: takes its capacity, or less
+                child.saturated = not child.saturated
+                return True
+            seen = own if child.saturated else level
+            if low < seen or high > seen:
+                child._move_one(now, seen)
+                bounds[i] = child._bounds()
+                return True
+        return False
+
+    def _bounds(self) -> tuple[float, float, float]:
+        """(own level, smallest level member's cap, largest capped member's cap).
+
+        ``inf`` and ``-inf`` stand for no such member: the classes agree with a level ``L``
+        exactly when ``not low < L and not high > L``. Kept until a member changes.
+        """
+        if self._bounds_at is None:
+            low, high = self._top(self._by_low), self._top(self._by_high)
+            self._bounds_at = (
+                self._own_level(),
+                math.inf if low is None else low.cap,
+                -math.inf if high is None else high.cap,
+            )
+        return self._bounds_at
 
     def _move_one(self, now: float, level: float) -> bool:
         """Move one member whose class disagrees with ``level``; whether one was moved."""
@@ -321,5 +363,6 @@ class SharedLink:
         self.next_at = self.next_finish()
 
     def _drop_level(self, m: Member) -> None:
+        self._bounds_at = None
         m.ver += 1
         self.n_level -= 1

@@ -1,0 +1,172 @@
+"""Two-level shared links (an edge's link under the cloud's) stay exact as their work is cut.
+
+``SharedLink._rebalance_tree`` keeps each child's test as three numbers until that child
+changes, and ``FlowNetwork`` re-solves each tree once per wake-up and routes each device once.
+These hold the results to independent ones: progressive filling
+(:func:`~simfl.network.flows.max_min_rates`) after every change of a many-child tree, and
+the reference network (``ReferenceFlowNetwork``, relative ``1e-9``) on hierarchies with many
+unequal edges, staggered starts, pauses and cancellations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfl.engine.links import FlowNetwork
+from simfl.network import Network
+from simfl.network.flows import max_min_rates
+from simfl.network.sharing import Member, SharedLink
+from tests.test_links_fast import FlowSpec, assert_same
+
+INF = math.inf
+EDGES = 6
+DEVICES = 18
+
+# ----------------------------------------------------------------- SharedLink trees
+caps = st.one_of(st.just(INF), st.floats(0.5, 50.0))
+# ("add", target: 0 the parent, k the k-th child; its cap) or ("remove", which member)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, EDGES), caps),
+        st.tuples(st.just("remove"), st.integers(0, 10**6), st.just(0.0)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def expected_rates(
+    parent: float, children: list[float], members: list[tuple[int, Member]]
+) -> np.ndarray:
+    """Progressive filling over (parent, children, one private resource per member)."""
+    capacity = np.array([parent, *children, *(m.cap for _, m in members)])
+    base = 1 + len(children)
+    paths = [
+        np.array([0, base + i] if k == 0 else [0, k, base + i]) for i, (k, _) in enumerate(members)
+    ]
+    return max_min_rates(paths, capacity)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.floats(5.0, 200.0),
+    st.lists(st.floats(1.0, 80.0), min_size=EDGES, max_size=EDGES),
+    ops,
+)
+def test_a_many_child_tree_gives_progressive_filling_after_every_change(parent_cap, caps, script):
+    parent = SharedLink(parent_cap)
+    children = [SharedLink(c) for c in caps]
+    for child in children:
+        parent.attach(child)
+    links = [parent, *children]
+    members: list[tuple[int, Member]] = []
+    now = 0.0
+    for kind, which, cap in script:
+        now += 0.01
+        if kind == "add":
+            m = Member(1e12, cap=cap)
+            links[which].add(m, m.size, now)
+            members.append((which, m))
+        elif members:
+            k, m = members.pop(which % len(members))
+            links[k].remove(m, now)
+        got = np.array([links[k].rate(m) for k, m in members])
+        want = expected_rates(parent_cap, caps, members)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=0.0)
+        # each link carries at most its capacity
+        for k, link in enumerate(links):
+            carried = sum(r for (j, _), r in zip(members, got, strict=True) if j == k or k == 0)
+            assert carried <= link.capacity * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------- networks
+def many_edges(access: list[float], edge: list[float], cloud: float):
+    """``EDGES`` edge servers with unequal links (down twice up) under a shared cloud link."""
+    g = nx.Graph()
+    g.add_edge("server", "cloud", up=cloud, down=2 * cloud)
+    for e, bw in enumerate(edge):
+        g.add_edge("cloud", f"edge{e}", up=bw, down=2 * bw)
+    for d, bw in enumerate(access):
+        g.add_edge(f"edge{d % EDGES}", d, up=bw, down=3 * bw)
+    return Network.from_graph(g).build(*(np.ones(len(access)),) * 2, np.zeros(len(access)))
+
+
+@st.composite
+def scripts(draw) -> list[FlowSpec]:
+    n = draw(st.integers(1, DEVICES))
+    devices = draw(st.permutations(range(DEVICES)))[:n]
+    out: list[FlowSpec] = []
+    for device in devices:
+        pause_after = draw(st.one_of(st.none(), st.floats(0.01, 10.0)))
+        pause_for = draw(st.one_of(st.none(), st.floats(0.0, 10.0))) if pause_after else None
+        start = draw(st.one_of(st.just(0.0), st.floats(0.0, 20.0)))  # many start together
+        local = draw(st.booleans())
+        direction = draw(st.sampled_from(["up", "down"]))
+        size = draw(st.floats(1.0, 500.0))
+        out.append((device, direction, size, start, pause_after, pause_for, local))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scripts(),
+    st.lists(st.floats(1.0, 200.0), min_size=DEVICES, max_size=DEVICES),
+    st.lists(st.floats(5.0, 300.0), min_size=EDGES, max_size=EDGES),
+    st.floats(5.0, 600.0),
+)
+def test_hierarchies_with_many_unequal_edges_equal_the_reference(script, access, edge, cloud):
+    assert_same(many_edges(access, edge, cloud), script)
+
+
+def test_a_wake_up_solves_each_tree_once(monkeypatch):
+    # six edges under a shared cloud link, the cloud carrying no flow of its own: every
+    # wake-up that finishes flows on several edges re-solves the up tree once, not per edge
+    topo = many_edges([10.0 + d for d in range(DEVICES)], [30.0] * EDGES, 60.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    solved: list[SharedLink] = []
+    tree = SharedLink._rebalance_tree
+
+    def counted(self: SharedLink, now: float) -> None:
+        solved.append(self)
+        tree(self, now)
+
+    monkeypatch.setattr(SharedLink, "_rebalance_tree", counted)
+    wake = FlowNetwork._wake
+    per_wake: list[int] = []
+
+    def counted_wake(self: FlowNetwork, token: int) -> None:
+        before = len(solved)
+        wake(self, token)
+        per_wake.append(len(solved) - before)
+
+    monkeypatch.setattr(FlowNetwork, "_wake", counted_wake)
+    flows = [net.start(d, "up", 100.0) for d in range(DEVICES)]  # equal sizes: ties finish
+    env.run()
+    assert all(f.done.triggered for f in flows)
+    assert len(solved) >= DEVICES  # one per start, at least
+    assert max(per_wake) == 1  # each wake-up that finished flows re-solved the tree once
+    assert sum(per_wake) >= 1
+
+
+def test_routes_are_computed_once_per_device_path():
+    topo = many_edges([10.0] * DEVICES, [30.0] * EDGES, 60.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    a = net.start(3, "up", 50.0)
+    b = net.start(3, "down", 50.0)
+    env.run()
+    c = net.start(3, "up", 50.0)
+    assert c.route is a.route and b.route is not a.route
+    np.testing.assert_array_equal(c.resources, net.resources(3, "up"))
+    np.testing.assert_array_equal(b.resources, net.resources(3, "down"))
+    local = net.start(3, "up", 5.0, local=True)
+    np.testing.assert_array_equal(local.resources, net.local_resources(3, "up"))
+    env.run()
+    assert net.carried[net.resources(3, "up")].tolist() == [100.0, 100.0, 105.0]
