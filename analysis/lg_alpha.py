@@ -306,14 +306,15 @@ def figure(table, dl, mr, show, seeds: int, m: int):
             fmt="o",
             ms=4,
             capsize=3,
-            label=f"simfl, mean +- 2 SE ({seeds} seeds)",
+            label="simfl, mean +- 2 SE over seeds",
         )
         ax.plot(
             fine, task(s, r).closed_form(m, fine), "-", color="C1", label=r"closed form $E(\alpha)$"
         )
         ax.plot(g["alpha"], g["reference"], "x", color="k", label="[sim] reference (seed 123)")
         ax.set(
-            title=rf"$\sigma$={s}, $\rho$={r}: one WaitAll round",
+            title=rf"$\sigma$={s}, $\rho$={r}: one WaitAll round, "
+            + f"{seeds if (s, r) in FIG2 else min(seeds, OTHER_SEEDS)} seeds",
             xlabel=r"$\alpha$ (0 = global, 1 = local)",
             ylabel="mean test MSE",
         )
