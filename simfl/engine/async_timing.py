@@ -261,13 +261,17 @@ class TimingAsyncLoop(PlannedAsyncLoop):
 
         Each job as (job number, first pick, its row base, its rows' end).
         """
-        if n >= self.block_end:
-            self.table = self._plan_block(n)
-            self.block_first, self.block_end = n, n + len(self.table.picks)
-        tab, i = self.table, n - self.block_first
+        tab, i = self._table(n), n - self.block_first
         return tab, zip(
             range(n, self.block_end), tab.picks[i:], tab.base[i:], tab.end[i:], strict=True
         )
+
+    def _table(self, n: int) -> _Table:
+        """The table of job ``n``'s block (planned if new)."""
+        if n >= self.block_end:
+            self.table = self._plan_block(n)
+            self.block_first, self.block_end = n, n + len(self.table.picks)
+        return self.table
 
     def _start(self, n: int, t: float) -> tuple[float, int, int]:
         """Start job ``n`` at ``t``: its heap entry (the loops do the same, inlined).
@@ -275,19 +279,20 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         On its first pick, or on its second if the first is busy, from the block's table; a
         job the table has no row for is planned alone.
         """
-        tab, _ = self._ahead(n)
+        tab = self._table(n)
         i, busy, job_index = n - self.block_first, self._busy, self.job_index
-        d = tab.picks[i]
-        r, hi = tab.base[i] + job_index[d], tab.end[i]
-        if busy[d]:
-            d = tab.second[i]
-            r, hi = tab.base2[i] + job_index[d], tab.end2[i]
-        if busy[d] or r >= hi:
-            entry = self._start_alone(n, d, t)
-            d = _device(entry[2])
-        else:
+        d, r, hi = tab.picks[i], tab.base[i], tab.end[i]
+        if busy[d]:  # its first pick is busy: its second pick
+            d, r, hi = tab.second[i], tab.base2[i], tab.end2[i]
+            if busy[d]:
+                hi = 0  # both busy (a row is never negative): the policy picks
+        r += job_index[d]  # its next job's row, if the block has it
+        if r < hi:
             entry = (t + tab.after[r], n, tab.code[r])
             self.row.append(tab.row0 + r)
+        else:
+            entry = self._start_alone(n, d, t)
+            d = _device(entry[2])
         busy[d] = 1
         job_index[d] += 1
         self.t_start.append(t)
@@ -339,19 +344,22 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                             run.stop("stalled")
                             return False
                     # start job n in its place, as _start does
-                    r += job_index[d]
-                    if busy[d]:
+                    if busy[d]:  # its first pick is busy: its second pick
                         i = n - first
-                        d = second[i]
-                        r, hi = base2[i] + job_index[d], end2[i]
-                    if busy[d] or r >= hi:
-                        entry = self._start_alone(n, d, t)
-                        d = _device(entry[2])
-                    else:
+                        d, r, hi = second[i], base2[i], end2[i]
+                        if busy[d]:
+                            hi = 0  # both busy (r >= 0): the policy picks
+                    k = job_index[d]
+                    r += k
+                    if r < hi:
                         entry = (t + afters[r], n, codes[r])
                         add_row(row0 + r)
+                        job_index[d] = k + 1
+                    else:
+                        entry = self._start_alone(n, d, t)
+                        d = _device(entry[2])
+                        job_index[d] += 1
                     busy[d] = 1
-                    job_index[d] += 1
                     add_start(t)
                     replace(heap, entry)
         finally:  # also when interrupted: what was handled is recorded at its instant
@@ -415,19 +423,22 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                             run.stop("stalled")
                             return False
                     # start job n in its place, as _start does
-                    r += job_index[d]
-                    if busy[d]:
+                    if busy[d]:  # its first pick is busy: its second pick
                         i = n - first
-                        d = second[i]
-                        r, hi = base2[i] + job_index[d], end2[i]
-                    if busy[d] or r >= hi:
-                        entry = self._start_alone(n, d, t)
-                        d = _device(entry[2])
-                    else:
+                        d, r, hi = second[i], base2[i], end2[i]
+                        if busy[d]:
+                            hi = 0  # both busy (r >= 0): the policy picks
+                    k = job_index[d]
+                    r += k
+                    if r < hi:
                         entry = (t + afters[r], n, codes[r])
                         add_row(row0 + r)
+                        job_index[d] = k + 1
+                    else:
+                        entry = self._start_alone(n, d, t)
+                        d = _device(entry[2])
+                        job_index[d] += 1
                     busy[d] = 1
-                    job_index[d] += 1
                     add_start(t)
                     replace(heap, entry)
         finally:  # also when interrupted: what was handled is recorded at its instant
