@@ -59,8 +59,8 @@ _Number = TypeVar("_Number", np.int64, np.float64)
 #: Job numbers planned together, at most (larger than the planned loop's blocks: a block here
 #: costs a few vectorised steps and nothing per model version) ...
 BLOCK = 8192
-#: ... and at least: blocks grow with the jobs started so far, from this size to BLOCK (the
-#: first block of a run with ``rounds`` holds the jobs it starts if none drops, up to BLOCK).
+#: ... and at least, after the first: a run with ``rounds`` plans the jobs it starts if none
+#: drops; without, blocks grow with the jobs started so far, from this size to BLOCK.
 FIRST_BLOCK = 1024
 
 
@@ -158,10 +158,12 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         before its first plan that is not finite (that job is planned alone, and refused).
         """
         run, policy = self.run, self.policy
-        size = min(BLOCK, max(FIRST_BLOCK, first))  # growing: short runs plan little ahead
         rounds = run.scenario.rounds
-        if first == 0 and rounds is not None:  # all the jobs of a run without drops
-            size = min(BLOCK, rounds * policy.buffer() + policy.concurrency - 1)
+        if rounds is None:  # growing: short runs plan little ahead
+            size = min(BLOCK, max(FIRST_BLOCK, first))
+        else:  # the jobs a run without drops starts, and the next (read before the last ends)
+            needed = rounds * policy.buffer() + policy.concurrency - first
+            size = min(BLOCK, max(needed, FIRST_BLOCK if first else 1))
         picks = policy.first_picks(run.view, first, size)
         second = policy.first_picks(run.view, first, size, attempt=1)
         assert picks is not None and second is not None  # the loop plays only such policies
