@@ -16,18 +16,23 @@ are identical, bit for bit.
   policy is asked only if both are). For a block of job numbers both draws are drawn at once
   (:meth:`~simfl.policies.AsyncPolicy.first_picks`), and every device drawn gets one row per
   job index it can reach in the block, with its keyed compute and dropout draws and its
-  resolution (``after``: seconds until the job arrives or drops; ``arrives``), vectorised.
-* **The loop** pops the next job to resolve from a heap of ``(instant, job number, device,
-  arrives)``, starts the next job (its row: the device's range in the block plus its job
-  index) and pushes it: per job, two list appends (start, row). A job the block has no row
-  for (rare), or whose plan is not finite, is planned alone with the same keyed draws
-  (:meth:`TimingAsyncLoop._plan_one`).
-* **Aggregations** append two numbers (jobs started, jobs recorded);
-  :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
-  applies the stop rules, only where one can fire
-  (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were applied,
-  and their staleness, is settled for all aggregations at the end, in numpy, and the rows of
-  both frames are written once.
+  resolution (``after``: seconds until the job arrives or drops; whether it arrives),
+  vectorised. A run with ``rounds`` plans no further ahead than the jobs it starts if none
+  drops.
+* **The loop** peeks at the next job to resolve in a heap of ``(instant, job number, code)``
+  (the code: the device if the job arrives, else ``~device``), starts the next job (its row:
+  the device's range in the block plus its job index) and puts it in the resolved job's place
+  (one heap step, :func:`heapq.heapreplace`): per job, two list appends (start, row). A job
+  the block has no row for (rare), or whose plan is not finite (a device's range ends before
+  it), is planned alone with the same keyed draws (:meth:`TimingAsyncLoop._plan_one`).
+* **Aggregations** append two numbers (jobs started, jobs recorded); FedAsync without a
+  staleness limit (every arrival an aggregation applying its update) appends nothing but the
+  job to the records, in the order handled, and its aggregations are found at the end (its
+  arrivals). :meth:`RunContext.count_aggregation
+  <simfl.engine.context.RunContext.count_aggregation>` applies the stop rules, only where one
+  can fire (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were
+  applied, and their staleness, is settled for all aggregations at the end, in numpy, and the
+  rows of both frames are written once.
 """
 
 from __future__ import annotations
