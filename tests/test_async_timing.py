@@ -1,5 +1,7 @@
 """The timing-only asynchronous loop gives exactly the frames of the SimPy reference loop."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine import async_timing
+from simfl.engine import async_timing, asynchronous
 from simfl.engine.async_planned import PlannedAsyncLoop, chunk_sums
 from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.context import RunContext
@@ -74,6 +76,60 @@ def test_timing_loop_equals_the_simpy_loop(sc: Scenario, block: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(async_timing, "BLOCK", block)
         assert_same(sc)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timing_scenarios(), st.sampled_from([1, 3, 16, 8192]))
+def test_the_fedasync_loop_equals_the_simpy_loop(sc: Scenario, block: int) -> None:
+    """FedAsync without a staleness limit plays a loop of its own (every job recorded as
+    handled, the aggregations found at the end): the same frames."""
+    assert isinstance(sc.policy, policies.AsyncPolicy)
+    policy = policies.FedAsync(concurrency=sc.policy.concurrency)
+    sc = dataclasses.replace(sc, policy=policy)
+    loop = TimingAsyncLoop(RunContext(sc, lazy=True, progress=False, on_error="record"), policy)
+    assert loop.single
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(async_timing, "BLOCK", block)
+        assert_same(sc)
+
+
+@pytest.mark.parametrize("policy", [policies.FedAsync(concurrency=3), policies.FedBuff(2, 3)])
+def test_a_run_whose_every_job_drops_stalls_identically(policy: policies.AsyncPolicy) -> None:
+    """``STALL_JOBS`` drops in a row (here 40) stop both loops as ``stalled``, alike."""
+    sc = timing_scenario(n=6, policy=policy, rounds=5, dropout_rate=1e6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(async_timing, "STALL_JOBS", 40)
+        mp.setattr(asynchronous, "STALL_JOBS", 40)
+        clients = assert_same(sc)
+        assert run(sc, progress=False).meta["stop_reason"] == "stalled"
+    assert (clients["status"] == "dropped").sum() == 40
+
+
+@pytest.mark.parametrize(("block", "seed"), [(2, 0), (8192, 0), (8192, 3)])
+@pytest.mark.parametrize("policy", [policies.FedAsync(concurrency=3), policies.FedBuff(2, 3)])
+def test_a_job_whose_plan_overflows_mid_run_is_refused_identically(
+    policy: policies.AsyncPolicy, block: int, seed: int
+) -> None:
+    """Jobs on the last device overflow (its rows in a block end before them): the run
+    records the refusal where the reference does, after the jobs handled before it."""
+    sc = timing_scenario(n=30, policy=policy, rounds=40, seed=seed)
+    sc = dataclasses.replace(
+        sc,
+        algorithm=algorithms.TimingOnly(work_units=1e300),
+        fleet=sc.fleet.with_scale([1.0] * 29 + [1e10]),
+    )
+    with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+        mp.setattr(async_timing, "BLOCK", block)
+        fast = run(sc, progress=False)
+        ref = run(sc, progress=False, batched=False)
+    pd.testing.assert_frame_equal(fast.rounds, ref.rounds, check_exact=True)
+    pd.testing.assert_frame_equal(fast.clients, ref.clients, check_exact=True)
+    assert fast.meta["status"] == ref.meta["status"] == "error"
+    assert fast.meta["sim_time"] == ref.meta["sim_time"]
+    last = fast.meta["error"].strip().splitlines()[-1]  # (the tracebacks' lines differ)
+    assert last == ref.meta["error"].strip().splitlines()[-1]
+    assert "job durations must be finite" in last
+    assert len(fast.clients) > 10 and len(fast.rounds) > 5
 
 
 @pytest.mark.parametrize("buffer", [1, 10])

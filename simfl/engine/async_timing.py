@@ -16,18 +16,23 @@ are identical, bit for bit.
   policy is asked only if both are). For a block of job numbers both draws are drawn at once
   (:meth:`~simfl.policies.AsyncPolicy.first_picks`), and every device drawn gets one row per
   job index it can reach in the block, with its keyed compute and dropout draws and its
-  resolution (``after``: seconds until the job arrives or drops; ``arrives``), vectorised.
-* **The loop** pops the next job to resolve from a heap of ``(instant, job number, device,
-  arrives)``, starts the next job (its row: the device's range in the block plus its job
-  index) and pushes it: per job, two list appends (start, row). A job the block has no row
-  for (rare), or whose plan is not finite, is planned alone with the same keyed draws
-  (:meth:`TimingAsyncLoop._plan_one`).
-* **Aggregations** append two numbers (jobs started, jobs recorded);
-  :meth:`RunContext.count_aggregation <simfl.engine.context.RunContext.count_aggregation>`
-  applies the stop rules, only where one can fire
-  (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were applied,
-  and their staleness, is settled for all aggregations at the end, in numpy, and the rows of
-  both frames are written once.
+  resolution (``after``: seconds until the job arrives or drops; whether it arrives),
+  vectorised. A run with ``rounds`` plans no further ahead than the jobs it starts if none
+  drops.
+* **The loop** peeks at the next job to resolve in a heap of ``(instant, job number, code)``
+  (the code: the device if the job arrives, else ``~device``), starts the next job (its row:
+  the device's range in the block plus its job index) and puts it in the resolved job's place
+  (one heap step, :func:`heapq.heapreplace`): per job, two list appends (start, row). A job
+  the block has no row for (rare), or whose plan is not finite (a device's range ends before
+  it), is planned alone with the same keyed draws (:meth:`TimingAsyncLoop._plan_one`).
+* **Aggregations** append two numbers (jobs started, jobs recorded); FedAsync without a
+  staleness limit (every arrival an aggregation applying its update) appends nothing but the
+  job to the records, in the order handled, and its aggregations are found at the end (its
+  arrivals). :meth:`RunContext.count_aggregation
+  <simfl.engine.context.RunContext.count_aggregation>` applies the stop rules, only where one
+  can fire (:meth:`~simfl.engine.context.RunContext.quiet_aggregations`). Which updates were
+  applied, and their staleness, is settled for all aggregations at the end, in numpy, and the
+  rows of both frames are written once.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
+from collections.abc import Iterator
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,10 +59,13 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCK", "FIRST_BLOCK", "TimingAsyncLoop"]
 
+_Number = TypeVar("_Number", np.int64, np.float64)
+
 #: Job numbers planned together, at most (larger than the planned loop's blocks: a block here
 #: costs a few vectorised steps and nothing per model version) ...
 BLOCK = 8192
-#: ... and at least: blocks grow with the jobs started so far, from this size to BLOCK.
+#: ... and at least, after the first: a run with ``rounds`` plans the jobs it starts if none
+#: drops; without, blocks grow with the jobs started so far, from this size to BLOCK.
 FIRST_BLOCK = 1024
 
 
@@ -65,8 +74,9 @@ class _Table(NamedTuple):
 
     Job ``i``'s first pick ``picks[i]`` has its job index ``k``'s plan in row
     ``base[i] + k`` if that is below ``end[i]`` (likewise ``base2``, ``end2`` for
-    ``second[i]``); the rows' ``after`` (seconds until the job arrives or drops, NaN for
-    a plan not finite) and ``arrives``; ``row0``: the table row of the block's row 0.
+    ``second[i]``; a device's rows end before its first plan that is not finite); the rows'
+    ``after`` (seconds until the job arrives or drops) and ``code`` (the device if the job
+    arrives, else ``~device``); ``row0``: the table row of the block's row 0.
     """
 
     picks: list[int]
@@ -76,11 +86,21 @@ class _Table(NamedTuple):
     base2: list[int]
     end2: list[int]
     after: list[float]
-    arrives: list[bool]
+    code: list[int]
     row0: int
 
 
 _EMPTY = _Table([], [], [], [], [], [], [], [], 0)
+
+
+def _array(values: list[Any], dtype: type[_Number]) -> NDArray[_Number]:
+    """``values`` as an array (faster than ``np.array`` for the loop's long lists)."""
+    return np.fromiter(values, dtype=dtype, count=len(values))
+
+
+def _device(code: int) -> int:
+    """The device of a heap entry's ``code``: the device if the job arrives, else ``~device``."""
+    return code if code >= 0 else ~code
 
 
 class TimingAsyncLoop(PlannedAsyncLoop):
@@ -110,9 +130,15 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self.picks: list[NDArray[np.int64]] = []
         self.computes: list[NDArray[np.float64]] = []
         self.fails: list[NDArray[np.float64]] = []
-        #: the jobs in flight: (instant the job resolves, job number, device, arrives)
-        self.flight: list[tuple[float, int, int, bool]] = []
-        # per aggregation: its time, the jobs started by then, the end of its records
+        #: the jobs in flight: (instant the job resolves, job number, code): the code is the
+        #: device if the job arrives, else ``~device``
+        self.flight: list[tuple[float, int, int]] = []
+        max_time = run.scenario.max_time
+        self.budget = math.inf if max_time is None else float(max_time)
+        #: every arrival is an aggregation applying its update (FedAsync, no staleness limit)
+        self.single = policy.buffer() == 1 and policy.max_staleness is None
+        self.table, self.block_first, self.block_end = _EMPTY, 0, 0  # the current block
+        # per aggregation: the jobs started by then, the end of its records (buffered loop)
         self.agg_started: list[int] = []
         self.agg_end: list[int] = []
 
@@ -133,11 +159,16 @@ class TimingAsyncLoop(PlannedAsyncLoop):
 
         A job starts on its first pick, or on its second if the first is busy (else the policy
         picks; rare). So every device picked either way gets one row per job index it can
-        reach in the block: its next one, and one more per further pick. A row whose plan is
-        not finite gets a NaN ``after`` (that job is planned alone, and refused).
+        reach in the block: its next one, and one more per further pick. A device's rows end
+        before its first plan that is not finite (that job is planned alone, and refused).
         """
         run, policy = self.run, self.policy
-        size = min(BLOCK, max(FIRST_BLOCK, first))  # growing: short runs plan little ahead
+        rounds = run.scenario.rounds
+        if rounds is None:  # growing: short runs plan little ahead
+            size = min(BLOCK, max(FIRST_BLOCK, first))
+        else:  # the jobs a run without drops starts, and the next (read before the last ends)
+            needed = rounds * policy.buffer() + policy.concurrency - first
+            size = min(BLOCK, max(needed, FIRST_BLOCK if first else 1))
         picks = policy.first_picks(run.view, first, size)
         second = policy.first_picks(run.view, first, size, attempt=1)
         assert picks is not None and second is not None  # the loop plays only such policies
@@ -161,10 +192,13 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             compute = self.work[rows] * draws
             total = self.down[rows] + compute + self.up[rows]
         arrives = fail >= total
-        after = np.where(np.isfinite(total), np.where(arrives, total, fail), np.nan)
+        after = np.where(arrives, total, fail)
         row0 = self._add_rows(rows, compute, fail)
         # a device's row (in the block) for its job index k: base + k, valid below its end
         base, end = lo - known, lo + counts
+        bad = np.flatnonzero(~np.isfinite(total))  # such a job is planned alone (and refused)
+        if bad.size:
+            np.minimum.at(end, np.repeat(np.arange(devices.size), counts)[bad], bad)
         at1, at2 = at[:size], at[size:]  # each pick's place in devices
         return _Table(
             picks.tolist(),
@@ -174,7 +208,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             base[at2].tolist(),
             end[at2].tolist(),
             after.tolist(),
-            arrives.tolist(),
+            np.where(arrives, rows, ~rows).tolist(),
             row0,
         )
 
@@ -202,7 +236,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         arrives = fail_after >= total
         return (total if arrives else fail_after), arrives, row
 
-    def _start_alone(self, n: int, device: int, now: float) -> tuple[float, int, int, bool]:
+    def _start_alone(self, n: int, device: int, now: float) -> tuple[float, int, int]:
         """Job ``n`` (on ``device`` unless busy), not in the block's table: its heap entry."""
         if self._busy[device]:
             picked = self.policy.pick(self.run.view, self.busy, n)
@@ -210,38 +244,161 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             device = picked
         after, arrives, row = self._plan_one(device, self.job_index[device])
         self.row.append(row)
-        return now + after, n, device, arrives
+        return now + after, n, (device if arrives else ~device)
 
     # ----------------------------------------------------------------- the loop
     def play(self) -> bool:
         """Handle the jobs as they resolve; aggregate every ``buffer()`` arrivals.
 
         Returns whether it stopped at ``max_time`` (the next job resolves at or after it).
+        FedAsync without a staleness limit (every arrival aggregates and applies) has a loop
+        of its own, :meth:`_play_single`; other policies play :meth:`_play_buffered`. Both
+        pop the next job to resolve and start the next job in its place (one heap step).
         """
-        run, heap, env = self.run, self.flight, self.env
-        max_time = run.scenario.max_time
-        budget = math.inf if max_time is None else float(max_time)
-        size, concurrency = self.policy.buffer(), self.policy.concurrency
+        t = float(self.env.now)
+        heap = self.flight
+        while len(heap) < self.policy.concurrency:  # fill up
+            heapq.heappush(heap, self._start(len(self.t_start), t))
+        if self.single:
+            return self._play_single(t)
+        return self._play_buffered(t)
+
+    def _ahead(self, n: int) -> tuple[_Table, Iterator[tuple[int, int, int, int]]]:
+        """The table of job ``n``'s block (planned if new) and its jobs from ``n``.
+
+        Each job as (job number, first pick, its row base, its rows' end).
+        """
+        tab, i = self._table(n), n - self.block_first
+        return tab, zip(
+            range(n, self.block_end), tab.picks[i:], tab.base[i:], tab.end[i:], strict=True
+        )
+
+    def _table(self, n: int) -> _Table:
+        """The table of job ``n``'s block (planned if new)."""
+        if n >= self.block_end:
+            self.table = self._plan_block(n)
+            self.block_first, self.block_end = n, n + len(self.table.picks)
+        return self.table
+
+    def _start(self, n: int, t: float) -> tuple[float, int, int]:
+        """Start job ``n`` at ``t``: its heap entry (the loops do the same, inlined).
+
+        On its first pick, or on its second if the first is busy, from the block's table; a
+        job the table has no row for is planned alone.
+        """
+        tab = self._table(n)
+        i, busy, job_index = n - self.block_first, self._busy, self.job_index
+        d, r, hi = tab.picks[i], tab.base[i], tab.end[i]
+        if busy[d]:  # its first pick is busy: its second pick
+            d, r, hi = tab.second[i], tab.base2[i], tab.end2[i]
+            if busy[d]:
+                hi = 0  # both busy (a row is never negative): the policy picks
+        r += job_index[d]  # its next job's row, if the block has it
+        if r < hi:
+            entry = (t + tab.after[r], n, tab.code[r])
+            self.row.append(tab.row0 + r)
+        else:
+            entry = self._start_alone(n, d, t)
+            d = _device(entry[2])
+        busy[d] = 1
+        job_index[d] += 1
+        self.t_start.append(t)
+        return entry
+
+    def _play_single(self, t: float) -> bool:
+        """The loop of :meth:`play` where every arrival is an aggregation applying one update.
+
+        Every job handled is recorded at once (in the order handled: the reference's order
+        here); :meth:`_write` finds the aggregations from the arrivals among them.
+        """
+        run, heap, records = self.run, self.flight, self.records
+        budget = self.budget
         busy, job_index, t_start = self._busy, self.job_index, self.t_start
-        buffer, ended, records, rows = self.buffer, self.ended, self.records, self.row
+        record, add_row, add_start = records.append, self.row.append, t_start.append
+        replace, pop = heapq.heapreplace, heapq.heappop
+        quiet, uncounted = run.quiet_aggregations(), 0
+        drops, last = self.drops_in_row, self.last_time
+        try:
+            while True:
+                tab, jobs = self._ahead(len(t_start))
+                _, _, _, second, base2, end2, afters, codes, row0 = tab
+                first = self.block_first
+                for n, d, r, hi in jobs:  # n: the job to start once the next one is handled
+                    entry = heap[0]  # the next job to resolve (replaced below)
+                    if entry[0] >= budget:  # events at the budget are not handled
+                        return True
+                    t, job, c = entry
+                    record(job)
+                    if c >= 0:  # it arrives: an aggregation (its row is written at the end)
+                        busy[c] = 0
+                        drops = 0
+                        if quiet:  # no stop rule can fire: counted later
+                            quiet -= 1
+                            uncounted += 1
+                        else:
+                            run.count_quiet(uncounted)
+                            uncounted = 0
+                            if self._count(t, 1, t - last):
+                                pop(heap)
+                                return False
+                            quiet = run.quiet_aggregations()
+                        last = t
+                    else:
+                        busy[~c] = 0
+                        drops += 1
+                        if drops >= STALL_JOBS:
+                            pop(heap)
+                            run.stop("stalled")
+                            return False
+                    # start job n in its place, as _start does
+                    if busy[d]:  # its first pick is busy: its second pick
+                        i = n - first
+                        d, r, hi = second[i], base2[i], end2[i]
+                        if busy[d]:
+                            hi = 0  # both busy (r >= 0): the policy picks
+                    k = job_index[d]
+                    r += k
+                    if r < hi:
+                        entry = (t + afters[r], n, codes[r])
+                        add_row(row0 + r)
+                        job_index[d] = k + 1
+                    else:
+                        entry = self._start_alone(n, d, t)
+                        d = _device(entry[2])
+                        job_index[d] += 1
+                    busy[d] = 1
+                    add_start(t)
+                    replace(heap, entry)
+        finally:  # also when interrupted: what was handled is recorded at its instant
+            run.count_quiet(uncounted)
+            self._stopped(t, drops, last)
+
+    def _play_buffered(self, t: float) -> bool:
+        """The loop of :meth:`play`: aggregate every ``buffer()`` arrivals."""
+        run, heap = self.run, self.flight
+        budget = self.budget
+        size, limit = self.policy.buffer(), self.policy.max_staleness
+        busy, job_index, t_start = self._busy, self.job_index, self.t_start
+        buffer, ended, records = self.buffer, self.ended, self.records
         agg_started, agg_end = self.agg_started, self.agg_end
-        limit, last = self.policy.max_staleness, self.last_time
+        add_row, add_start = self.row.append, t_start.append
+        replace, pop = heapq.heapreplace, heapq.heappop
         # aggregations the stop rules need not see one by one (the base pick, the only one
         # this loop plays, does not read the model version meanwhile)
         quiet, uncounted = run.quiet_aggregations(), 0
-        pop, push = heapq.heappop, heapq.heappush
-        first = block_end = 0  # the current block's job numbers
-        picks, base, end, second, base2, end2, afters, arrivals, row0 = _EMPTY
-        n, drops = self.n_started, self.drops_in_row
-        t = float(env.now)
+        drops, last = self.drops_in_row, self.last_time
         try:
             while True:
-                if len(heap) >= concurrency:  # the next job to resolve (else: filling up)
-                    if heap[0][0] >= budget:  # events at the budget are not handled
+                tab, jobs = self._ahead(len(t_start))
+                _, _, _, second, base2, end2, afters, codes, row0 = tab
+                first = self.block_first
+                for n, d, r, hi in jobs:  # n: the job to start once the next one is handled
+                    entry = heap[0]  # the next job to resolve (replaced below)
+                    if entry[0] >= budget:  # events at the budget are not handled
                         return True
-                    t, job, d, arrives = pop(heap)
-                    busy[d] = 0
-                    if arrives:
+                    t, job, c = entry
+                    if c >= 0:  # it arrives
+                        busy[c] = 0
                         drops = 0
                         buffer.append(job)
                         if len(buffer) >= size:  # aggregate (its row is written at the end)
@@ -259,49 +416,59 @@ class TimingAsyncLoop(PlannedAsyncLoop):
                             else:
                                 run.count_quiet(uncounted)
                                 uncounted = 0
-                                run.count_aggregation(applied, t - last)
-                                if run.shows_progress:
-                                    _set_clock(env, t)
-                                    run.show_progress()
-                                if run.stop_reason is not None:
+                                if self._count(t, applied, t - last):
+                                    pop(heap)
                                     return False
                                 quiet = run.quiet_aggregations()
                             last = t
                     else:
+                        busy[~c] = 0
                         ended.append(job)
                         drops += 1
                         if drops >= STALL_JOBS:
+                            pop(heap)
                             run.stop("stalled")
                             return False
-                # start job n on its first pick, or on its second if the first is busy
-                if n >= block_end:
-                    picks, base, end, second, base2, end2, afters, arrivals, row0 = (
-                        self._plan_block(n)
-                    )
-                    first, block_end = n, n + len(picks)
-                i = n - first
-                d = picks[i]
-                r, hi = base[i] + job_index[d], end[i]  # its next job's row, if the block has it
-                if busy[d]:
-                    d = second[i]
-                    r, hi = base2[i] + job_index[d], end2[i]
-                if busy[d] or r >= hi or afters[r] != afters[r]:  # NaN: a plan not finite
-                    entry = self._start_alone(n, d, t)
-                    d = entry[2]
-                else:
-                    entry = (t + afters[r], n, d, arrivals[r])
-                    rows.append(row0 + r)
-                busy[d] = 1
-                job_index[d] += 1
-                t_start.append(t)
-                push(heap, entry)
-                n += 1
+                    # start job n in its place, as _start does
+                    if busy[d]:  # its first pick is busy: its second pick
+                        i = n - first
+                        d, r, hi = second[i], base2[i], end2[i]
+                        if busy[d]:
+                            hi = 0  # both busy (r >= 0): the policy picks
+                    k = job_index[d]
+                    r += k
+                    if r < hi:
+                        entry = (t + afters[r], n, codes[r])
+                        add_row(row0 + r)
+                        job_index[d] = k + 1
+                    else:
+                        entry = self._start_alone(n, d, t)
+                        d = _device(entry[2])
+                        job_index[d] += 1
+                    busy[d] = 1
+                    add_start(t)
+                    replace(heap, entry)
         finally:  # also when interrupted: what was handled is recorded at its instant
             run.count_quiet(uncounted)
-            self.n_started = n
-            self.last_time = last
-            self.drops_in_row = drops
-            _set_clock(env, t)
+            self._stopped(t, drops, last)
+
+    def _stopped(self, t: float, drops: int, last: float) -> None:
+        """Where a loop stopped (also when interrupted): its state; the clock at ``t``."""
+        self.n_started, self.drops_in_row, self.last_time = len(self.t_start), drops, last
+        heap = self.flight
+        handled = self.records[-1:] + self.buffer[-1:] + self.ended[-1:]
+        if heap and heap[0][1] in handled:  # interrupted before its entry was replaced
+            heapq.heappop(heap)
+        _set_clock(self.env, t)
+
+    def _count(self, t: float, applied: int, advance: float) -> bool:
+        """Count one aggregation at ``t`` for the stop rules (and progress); whether to stop."""
+        run = self.run
+        run.count_aggregation(applied, advance)
+        if run.shows_progress:
+            _set_clock(self.env, t)
+            run.show_progress()
+        return run.stop_reason is not None
 
     def _applied(self, uncounted: int) -> int:
         """How many buffered updates are not staler than ``max_staleness`` now.
@@ -342,23 +509,23 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         the buffer left at the end and the jobs in flight (the last ``n_flying`` records,
         ending now) were cancelled.
         """
-        rec = np.array(self.records, dtype=np.int64)
+        rec = _array(self.records, np.int64)
         m = rec.size
-        rows = np.array(self.row, dtype=np.int64)[rec]
+        rows = _array(self.row, np.int64)[rec]
         devices = np.concatenate(self.picks)[rows]
         compute = np.concatenate(self.computes)[rows]
         fail = np.concatenate(self.fails)[rows]
         down, up = self.down[devices], self.up[devices]
         total = down + compute + up
         arrives = fail >= total
-        starts = np.array(self.t_start, dtype=np.float64)[rec]
+        starts = _array(self.t_start, np.float64)[rec]
         flying = np.arange(m) >= m - n_flying
         t_end = np.where(flying, float(self.env.now), starts + np.where(arrives, total, fail))
         status = np.where(~flying & ~arrives, DROPPED, CANCELLED).astype(np.int8)
         staleness = np.full(m, np.nan)
-        started = np.array(self.agg_started, dtype=np.int64)
+        started, ends = self._aggregations(arrives[: m - n_flying])
         version = np.searchsorted(started, rec, side="right")  # aggregations before its start
-        arrived, lag_sum = self._settle_all(version, status, staleness)
+        arrived, lag_sum = self._settle_all(ends, version, status, staleness)
         plan = JobPlan(
             devices=devices,
             t_start=starts,
@@ -377,22 +544,40 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         b_down, b_up = self.run.record_job_rows(
             plan, status, t_end, round=version, stage=0, staleness=staleness, waits=False
         )
-        self._record_rounds(t_end, arrived, lag_sum, b_down, b_up)
+        self._record_rounds(started, ends, t_end, arrived, lag_sum, b_down, b_up)
+
+    def _aggregations(
+        self, arrives: NDArray[np.bool_]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Per aggregation, the jobs started by then and the end of its records.
+
+        ``arrives``: whether each job handled arrives. The loop for a buffer of one records
+        every job handled at once, so its aggregations are its arrivals; the ``concurrency``
+        jobs in flight, and one more started per job handled before.
+        """
+        if not self.single:
+            return (
+                _array(self.agg_started, np.int64),
+                _array(self.agg_end, np.int64),
+            )
+        at = np.flatnonzero(arrives)
+        return at + self.policy.concurrency, at + 1
 
     def _settle_all(
         self,
+        ends: NDArray[np.int64],
         version: NDArray[np.int64],
         status: NDArray[np.int8],
         staleness: NDArray[np.float64],
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Mark every aggregated update arrived or late (in place, in record order).
 
-        ``version``: each record's model version. Returns, per aggregation, the number of
+        ``ends``: the end of each aggregation's records; ``version``: each record's model
+        version. Returns, per aggregation, the number of
         updates applied and their staleness summed. Aggregation ``k`` recorded
         ``records[end[k-1]:end[k]]``: the drops, then the buffer (its last ``buffer()``).
         """
         size, limit = self.policy.buffer(), self.policy.max_staleness
-        ends = np.array(self.agg_end, dtype=np.int64)
         k = ends.size
         at = (ends[:, None] - size + np.arange(size)).ravel()
         lag = np.repeat(np.arange(k), size) - version[at]
@@ -405,6 +590,8 @@ class TimingAsyncLoop(PlannedAsyncLoop):
 
     def _record_rounds(
         self,
+        started: NDArray[np.int64],
+        ends: NDArray[np.int64],
         t_end: NDArray[np.float64],
         arrived: NDArray[np.int64],
         lag_sum: NDArray[np.int64],
@@ -416,7 +603,6 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         if k == 0:
             return
         size = self.policy.buffer()
-        ends = np.array(self.agg_end, dtype=np.int64)
         time = t_end[ends - 1]  # the end of its last buffered job
         t_start = np.r_[0.0, time[:-1]]
         begins = np.r_[0, ends[:-1]]
@@ -429,7 +615,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             "time": time,
             "duration": time - t_start,
             "status": np.where(arrived > 0, "ok", "empty"),
-            "n_selected": np.diff(np.array(self.agg_started, dtype=np.int64), prepend=0),
+            "n_selected": np.diff(started, prepend=0),
             "n_arrived": arrived,
             "n_dropped": ends - begins - size,
             "n_late": size - arrived,
