@@ -1,4 +1,7 @@
-"""The flow round's clock: its one cancellable alarm, and a round's wake-ups all useful.
+"""The flow round's clock and the fleet's routes: the same results for less work.
+
+The clock's one cancellable alarm, and a round's wake-ups all useful; every device's path and
+route worked out for the whole fleet at once, equal to the ones worked out per device.
 
 ``Clock.alarm`` holds the network's next completion outside the heap: replacing it drops the
 old one at no cost (an outdated SimPy timeout would fire and be ignored by its token). It must
@@ -11,9 +14,11 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+import simpy
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
 from simfl.engine.flowround import Clock
@@ -99,3 +104,49 @@ def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.Monkey
     assert len(on_clock) == sum(wakes)
     pd.testing.assert_frame_equal(fast.rounds, live.rounds, check_exact=True)
     pd.testing.assert_frame_equal(fast.clients, live.clients, check_exact=True)
+
+
+def _graph(cloud: float, edge: float) -> nx.Graph:
+    """Three edges (one with an unlimited link) under a cloud link; one unlimited device."""
+    g = nx.Graph()
+    g.add_edge("server", "cloud", up=cloud, down=2 * cloud)
+    for e in range(3):
+        g.add_edge("cloud", f"edge{e}", up=edge if e else math.inf, down=2 * edge)
+    for d in range(9):
+        bw = math.inf if d == 4 else 10.0 + d
+        g.add_edge(f"edge{d % 3}", d, up=bw, down=3 * bw)
+    return g
+
+
+@pytest.mark.parametrize(
+    "network",
+    [
+        Network.star(server_up=50.0, server_down=80.0),
+        Network.star(),
+        Network.hierarchical(np.arange(9) % 3, edge_up=30.0, edge_down=60.0),
+        Network.hierarchical(
+            np.arange(9) % 3, edge_up=30.0, edge_down=60.0, server_up=70.0, server_down=90.0
+        ),
+        Network.from_graph(_graph(60.0, 30.0)),
+        Network.from_graph(_graph(math.inf, 30.0)),
+    ],
+)
+def test_fleet_routes_equal_the_routes_worked_out_per_device(network: Network) -> None:
+    up = np.linspace(10.0, 20.0, 9)
+    topology = network.build(4.0 * up, up, np.zeros(9))
+    fleet = FlowNetwork(simpy.Environment(), topology)
+    single = FlowNetwork(simpy.Environment(), topology)
+    assert fleet._fleet and fleet.reference is None
+    single._fleet = {}  # every path worked out one device at a time
+    for device in [5, 0, 8, 3, 4, 1, 7, 2, 6]:  # edges attach in first-use order
+        for direction in ("up", "down"):
+            (a, route_a), (b, route_b) = (
+                net._path(device, direction, False) for net in (fleet, single)
+            )
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, fleet.resources(device, direction))
+            assert route_a == route_b
+    for res, link in fleet._links.items():
+        other = single._links[res]
+        assert [c.capacity for c in link.children] == [c.capacity for c in other.children]
+        assert (link.parent is None) == (other.parent is None)
