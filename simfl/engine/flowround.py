@@ -9,7 +9,9 @@ the records that :meth:`~simfl.engine.live.DeviceRuntime.process` makes, schedul
 (the job's start, latency and compute timeouts, its flows' completions, the race with its
 failure clock), and the round's closing is the server's wait on "round done" or the deadline.
 The network's own wake-ups are scheduled on the same clock while the round plays (its
-:attr:`~simfl.engine.links.Links.env` points at it), so every flow starts, stops and finishes
+:attr:`~simfl.engine.links.Links.env` points at it; its next completion is the clock's one
+cancellable :meth:`Clock.alarm`, ordered as the live path's timeout would be, so an outdated
+one costs nothing), so every flow starts, stops and finishes
 in the order, at the instants and with the arithmetic of the live path: the frames are
 identical, not just close (``tests/test_flow_round.py``).
 

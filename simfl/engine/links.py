@@ -203,7 +203,10 @@ class FlowNetwork(Links):
     :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
     ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
     over every flow. One SimPy timeout is pending per network (the next completion); an
-    outdated one is ignored by its token.
+    outdated one is ignored by its token. While a flow round plays on its own clock
+    (:mod:`simfl.engine.flowround`), the wake-up is that clock's one alarm instead, which a
+    new one replaces: no outdated wake-up is left to fire. Every device's path is worked out
+    for the whole fleet when the network is built (:func:`_fleet_paths`).
 
     Where the structure does not fit (three contended links on one path, in a graph
     topology; or two flows at once on one device's own link) the network plays the reference
