@@ -9,7 +9,9 @@ the records that :meth:`~simfl.engine.live.DeviceRuntime.process` makes, schedul
 (the job's start, latency and compute timeouts, its flows' completions, the race with its
 failure clock), and the round's closing is the server's wait on "round done" or the deadline.
 The network's own wake-ups are scheduled on the same clock while the round plays (its
-:attr:`~simfl.engine.links.Links.env` points at it), so every flow starts, stops and finishes
+:attr:`~simfl.engine.links.Links.env` points at it; its next completion is the clock's one
+cancellable :meth:`Clock.alarm`, ordered as the live path's timeout would be, so an outdated
+one costs nothing), so every flow starts, stops and finishes
 in the order, at the instants and with the arithmetic of the live path: the frames are
 identical, not just close (``tests/test_flow_round.py``).
 
@@ -82,6 +84,8 @@ class Clock:
         self.now = now
         self._queue: list[tuple[float, int, int, Event | Callable[[], None]]] = []
         self._eid = count()
+        #: the one cancellable wake-up (:meth:`alarm`), kept out of the heap
+        self._alarm: tuple[float, int, int, Callable[[], None]] | None = None
 
     def schedule(self, event: Event, priority: int, delay: float) -> None:
         """Process ``event`` ``delay`` seconds from now."""
@@ -94,6 +98,18 @@ class Clock:
     def call_now(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` now, before any normal event (a process starting)."""
         heapq.heappush(self._queue, (self.now, _URGENT, next(self._eid), callback))
+
+    def alarm(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` ``delay`` seconds from now instead of the pending alarm, if any.
+
+        The clock holds one alarm (the network's next completion, ``delay = inf``: none). It
+        is ordered like a timeout scheduled now, and the one it replaces is dropped at no
+        cost, where an outdated timeout would stay in the heap until its time.
+        """
+        if math.isinf(delay):
+            self._alarm = None
+        else:
+            self._alarm = (self.now + delay, _NORMAL, next(self._eid), callback)
 
     def event(self) -> Event:
         """A new untriggered event."""
@@ -121,11 +137,19 @@ class Clock:
 
     def peek(self) -> float:
         """When the next event is processed (``inf``: none left)."""
-        return self._queue[0][0] if self._queue else math.inf
+        t = self._queue[0][0] if self._queue else math.inf
+        alarm = self._alarm
+        return t if alarm is None or alarm[0] > t else alarm[0]
 
     def step(self) -> None:
-        """Process the next event."""
-        t, _, _, event = heapq.heappop(self._queue)
+        """Process the next event (the alarm if it comes first)."""
+        queue, alarm = self._queue, self._alarm
+        if alarm is not None and (not queue or alarm < queue[0]):
+            self._alarm = None
+            self.now = alarm[0]
+            alarm[3]()
+            return
+        t, _, _, event = heapq.heappop(queue)
         self.now = t
         if not isinstance(event, Event):
             event()
@@ -342,6 +366,7 @@ def play_flow_round(
     budget = math.inf if max_time is None else max_time
     env = net.env
     net.env = clock  # type: ignore[assignment]
+    net.alarm = clock.alarm
     collect = gc.isenabled()
     gc.disable()  # the round allocates many short-lived objects and frees them itself
     try:
@@ -356,5 +381,6 @@ def play_flow_round(
         if collect:
             gc.enable()
         net.env = env
+        net.alarm = None
         state.flush()
     return state.closed_at, True

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -201,7 +203,10 @@ class FlowNetwork(Links):
     :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
     ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
     over every flow. One SimPy timeout is pending per network (the next completion); an
-    outdated one is ignored by its token.
+    outdated one is ignored by its token. While a flow round plays on its own clock
+    (:mod:`simfl.engine.flowround`), the wake-up is that clock's one alarm instead, which a
+    new one replaces: no outdated wake-up is left to fire. Every device's path is worked out
+    for the whole fleet when the network is built (:func:`_fleet_paths`).
 
     Where the structure does not fit (three contended links on one path, in a graph
     topology; or two flows at once on one device's own link) the network plays the reference
@@ -222,12 +227,22 @@ class FlowNetwork(Links):
         self._routes: dict[tuple[int, ...], Route] = {}
         self._token = 0
         self._wake_at = math.inf
+        #: a clock's cancellable wake-up (``Clock.alarm`` of :mod:`simfl.engine.flowround`)
+        #: while one plays a round: each wake-up replaces the pending one, instead of a SimPy
+        #: timeout left to fire (ignored by its token) once the flows have changed
+        self.alarm: Callable[[float, Callable[[], None]], None] | None = None
         self.reference: ReferenceFlowNetwork | None = None
         #: each device's path per (device, direction, local): its resources and its route
         self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
+        #: every device's path per direction, worked out for the whole fleet at once
+        self._fleet: dict[str, _FleetPaths] = {}
+        #: what a flow over the contended resources ``(first, last)`` joins (:meth:`_nest`)
+        self._joins: dict[tuple[int, int], int] = {}
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
+        else:
+            self._fleet = _fleet_paths(topology, self.capacity, self._contended)
 
     def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
         """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
@@ -283,10 +298,29 @@ class FlowNetwork(Links):
         :meth:`Links.resources` in plain Python (a path is a few links: NumPy's per-call cost
         would dominate).
         """
+        fleet = self._fleet.get(direction)
+        if fleet is not None and not local:
+            return self._fleet_path(fleet, device)
         links = self.topology.paths[device].tolist()
         up = 1 if direction == "up" else 0
         resources = [2 * link + up for link in (links[-1:] if local else links)]
         return np.array(resources, dtype=np.int64), self._route(resources)
+
+    def _fleet_path(self, fleet: _FleetPaths, device: int) -> tuple[NDArray[np.int64], Route]:
+        """:meth:`_path` from the fleet's arrays: the same resources and route.
+
+        The link a flow joins is still worked out (:meth:`_nest`) when a device first
+        starts one, so edges attach to the cloud's link in the same order.
+        """
+        key = (fleet.first[device], fleet.last[device])
+        contended = self._joins.get(key)
+        if contended is None:
+            first, last = key
+            shared = [] if first < 0 else [first] if first == last else [first, last]
+            contended = self._joins[key] = self._nest(shared)
+        own = fleet.own[device]
+        route = (contended, fleet.cap[device], () if own < 0 else (own,))
+        return fleet.resources[fleet.starts[device] : fleet.starts[device + 1]], route
 
     def _route(self, resources: list[int]) -> Route:
         """(its shared link's resource, -1 for none, -2 for none that fits; cap; private).
@@ -359,8 +393,11 @@ class FlowNetwork(Links):
             return  # the pending wake-up is still the right one
         self._token += 1
         self._wake_at = t
-        if math.isfinite(t):
-            token = self._token
+        token = self._token
+        if self.alarm is not None:
+            delay = max(t - float(self.env.now), 0.0) if math.isfinite(t) else math.inf
+            self.alarm(delay, lambda: self._wake(token))
+        elif math.isfinite(t):
             event = self.env.timeout(max(t - float(self.env.now), 0.0))
             event.callbacks.append(lambda _: self._wake(token))
 
@@ -395,8 +432,63 @@ class FlowNetwork(Links):
             reference.flows.append(flow)
         self._token += 1
         self._wake_at = math.inf
+        if self.alarm is not None:
+            self.alarm(math.inf, lambda: None)
         self.reference = reference
         reference._reschedule()
+
+
+@dataclass(frozen=True)
+class _FleetPaths:
+    """Every device's path in one direction (device ``i``: ``starts[i]:starts[i + 1]``).
+
+    ``first``/``last``: its first and last contended resource (``-1``: none); ``own``: its one
+    private finite resource (``-1``: none) and ``cap`` that resource's capacity (``inf``).
+    """
+
+    resources: NDArray[np.int64]
+    starts: list[int]
+    first: list[int]
+    last: list[int]
+    own: list[int]
+    cap: list[float]
+
+
+def _fleet_paths(
+    topology: Topology, capacity: NDArray[np.float64], contended: NDArray[np.bool_]
+) -> dict[str, _FleetPaths]:
+    """Every device's path and the parts of its route, per direction, in NumPy over the fleet.
+
+    Empty where some path is empty or crosses two private finite resources (a graph
+    topology): such paths are worked out one device at a time.
+    """
+    paths = topology.paths
+    sizes = np.array([p.size for p in paths], dtype=np.int64)
+    if sizes.size == 0 or not sizes.all():
+        return {}
+    links = np.concatenate(paths)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    heads, where = starts[:-1], np.arange(links.size)
+    out: dict[str, _FleetPaths] = {}
+    for up, direction in enumerate(("down", "up")):
+        resources = 2 * links + up
+        caps = capacity[resources]
+        shared = contended[resources]
+        private = np.isfinite(caps) & ~shared
+        if (np.add.reduceat(private.astype(np.int64), heads) > 1).any():
+            return {}
+        first = np.minimum.reduceat(np.where(shared, where, links.size), heads)
+        last = np.maximum.reduceat(np.where(shared, where, -1), heads)
+        own = np.maximum.reduceat(np.where(private, resources, -1), heads)
+        out[direction] = _FleetPaths(
+            resources,
+            starts.tolist(),
+            np.where(last >= 0, resources[np.minimum(first, links.size - 1)], -1).tolist(),
+            np.where(last >= 0, resources[np.maximum(last, 0)], -1).tolist(),
+            own.tolist(),
+            np.minimum.reduceat(np.where(private, caps, np.inf), heads).tolist(),
+        )
+    return out
 
 
 def _nested(topology: Topology, contended: NDArray[np.bool_]) -> bool:

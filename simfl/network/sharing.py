@@ -269,8 +269,11 @@ class SharedLink:
         """
         self._advance(now)
         children = self.children
-        for child in children:
-            child._advance(now)
+        isinf = math.isinf
+        for child in children:  # child._advance(now), inline: the same arithmetic
+            if child.n_level and not isinf(child.level):
+                child.clock = child.clock + child.level * (now - child.since)
+            child.since = now
         bounds = [child._bounds() for child in children]
         level = math.inf
         steps = 0
@@ -293,9 +296,19 @@ class SharedLink:
                 continue
             break
         self.level = level
-        for child in children:
-            child.level = child._own_level() if child.saturated else level
-            child.next_at = child.next_finish()
+        top = self._top
+        for child in children:  # child.next_finish(), inline: the same arithmetic
+            own = child.level = child._own_level() if child.saturated else level
+            t = math.inf
+            if child.n_level:
+                first = top(child._by_key)
+                if first is not None and own < math.inf:
+                    t = child.since + (first.key - child.clock) / own
+            if child.capped:
+                first = top(child._by_end)
+                if first is not None:
+                    t = min(t, first.t0 + first.rem0 / first.cap)
+            child.next_at = t
         self.next_at = self.next_finish()
 
     def _settle_children(

@@ -1,0 +1,152 @@
+"""The flow round's clock and the fleet's routes: the same results for less work.
+
+The clock's one cancellable alarm, and a round's wake-ups all useful; every device's path and
+route worked out for the whole fleet at once, equal to the ones worked out per device.
+
+``Clock.alarm`` holds the network's next completion outside the heap: replacing it drops the
+old one at no cost (an outdated SimPy timeout would fire and be ignored by its token). It must
+be ordered exactly as a timeout scheduled at the same moment, so a round's frames stay
+identical to the live job processes' (``tests/test_flow_round.py`` checks that over random
+scenarios; here on a contended star whose rates change at almost every flow event).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+
+from simfl import Fleet, Scenario, algorithms, dists, policies, run
+from simfl.engine.flowround import Clock
+from simfl.engine.links import FlowNetwork
+from simfl.network import Network
+
+
+def test_a_replaced_alarm_never_fires_and_the_new_one_does() -> None:
+    clock = Clock(10.0)
+    calls: list[str] = []
+    clock.alarm(5.0, lambda: calls.append("old"))
+    clock.alarm(2.0, lambda: calls.append("new"))
+    assert clock.peek() == 12.0
+    clock.step()
+    assert calls == ["new"] and clock.now == 12.0
+    assert clock.peek() == math.inf  # the replaced alarm left nothing behind
+
+
+def test_an_infinite_alarm_cancels_the_pending_one() -> None:
+    clock = Clock(0.0)
+    calls: list[str] = []
+    clock.alarm(1.0, lambda: calls.append("alarm"))
+    clock.call_in(3.0, lambda: calls.append("timeout"))
+    clock.alarm(math.inf, lambda: calls.append("never"))
+    assert clock.peek() == 3.0
+    clock.step()
+    assert calls == ["timeout"] and clock.peek() == math.inf
+
+
+def test_the_alarm_is_ordered_like_a_timeout_scheduled_at_the_same_moment() -> None:
+    clock = Clock(0.0)
+    calls: list[str] = []
+    clock.call_in(1.0, lambda: calls.append("before"))  # scheduled first, same instant
+    clock.alarm(1.0, lambda: calls.append("alarm"))
+    clock.call_in(1.0, lambda: calls.append("after"))
+    clock.call_in(0.5, lambda: calls.append("earlier"))
+    clock.call_now(lambda: calls.append("urgent"))
+    while clock.peek() < math.inf:
+        clock.step()
+    assert calls == ["urgent", "earlier", "before", "alarm", "after"]
+    assert clock.now == 1.0
+
+
+def _contended_star(n: int = 40, rounds: int = 3) -> Scenario:
+    up = np.random.default_rng(1).uniform(1e3, 1e4, n)
+    fleet = Fleet(
+        [dists.Exponential(mean=1.0)],
+        np.zeros(n, dtype=np.int64),
+        bandwidth_down=4.0 * up,
+        bandwidth_up=up,
+        latency=0.05,
+    )
+    return Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(bytes_down=5_000, bytes_up=5_000),
+        fleet=fleet,
+        policy=policies.WaitAll(count=n // 2),
+        rounds=rounds,
+        network=Network.star(server_up=4e4, server_down=1e5),
+        seed=3,
+    )
+
+
+def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every wake-up of the network on the round's clock is current; frames stay identical."""
+    wakes: list[bool] = []  # whether each wake-up was the current one
+    wake = FlowNetwork._wake
+
+    def counted(self: FlowNetwork, token: int) -> None:
+        wakes.append(token == self._token)
+        wake(self, token)
+
+    monkeypatch.setattr(FlowNetwork, "_wake", counted)
+    fast = run(_contended_star(), progress=False, on_error="raise")
+    on_clock = list(wakes)
+    wakes.clear()
+    live = run(_contended_star(), progress=False, on_error="raise", batched=False)
+    # the live job processes leave outdated SimPy timeouts behind (ignored by their token)
+    assert not all(wakes)
+    # on the clock none is left: every wake-up finishes flows (3 rounds x 20 jobs x 2 flows)
+    assert on_clock and all(on_clock)
+    assert len(on_clock) <= 3 * 20 * 2
+    assert len(on_clock) == sum(wakes)
+    pd.testing.assert_frame_equal(fast.rounds, live.rounds, check_exact=True)
+    pd.testing.assert_frame_equal(fast.clients, live.clients, check_exact=True)
+
+
+def _graph(cloud: float, edge: float) -> nx.Graph:
+    """Three edges (one with an unlimited link) under a cloud link; one unlimited device."""
+    g = nx.Graph()
+    g.add_edge("server", "cloud", up=cloud, down=2 * cloud)
+    for e in range(3):
+        g.add_edge("cloud", f"edge{e}", up=edge if e else math.inf, down=2 * edge)
+    for d in range(9):
+        bw = math.inf if d == 4 else 10.0 + d
+        g.add_edge(f"edge{d % 3}", d, up=bw, down=3 * bw)
+    return g
+
+
+@pytest.mark.parametrize(
+    "network",
+    [
+        Network.star(server_up=50.0, server_down=80.0),
+        Network.star(),
+        Network.hierarchical(np.arange(9) % 3, edge_up=30.0, edge_down=60.0),
+        Network.hierarchical(
+            np.arange(9) % 3, edge_up=30.0, edge_down=60.0, server_up=70.0, server_down=90.0
+        ),
+        Network.from_graph(_graph(60.0, 30.0)),
+        Network.from_graph(_graph(math.inf, 30.0)),
+    ],
+)
+def test_fleet_routes_equal_the_routes_worked_out_per_device(network: Network) -> None:
+    up = np.linspace(10.0, 20.0, 9)
+    topology = network.build(4.0 * up, up, np.zeros(9))
+    fleet = FlowNetwork(simpy.Environment(), topology)
+    single = FlowNetwork(simpy.Environment(), topology)
+    assert fleet._fleet and fleet.reference is None
+    single._fleet = {}  # every path worked out one device at a time
+    for device in [5, 0, 8, 3, 4, 1, 7, 2, 6]:  # edges attach in first-use order
+        for direction in ("up", "down"):
+            (a, route_a), (b, route_b) = (
+                net._path(device, direction, False) for net in (fleet, single)
+            )
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, fleet.resources(device, direction))
+            assert route_a == route_b
+    for res, link in fleet._links.items():
+        other = single._links[res]
+        assert [c.capacity for c in link.children] == [c.capacity for c in other.children]
+        assert (link.parent is None) == (other.parent is None)
