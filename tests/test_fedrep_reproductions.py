@@ -121,3 +121,42 @@ def test_cnn_table_column_and_intervals():
     claims = cnn.claims(tab, pats, cnn.QUICK)
     assert claims[-1]["status"] == "not attempted" and "1000" in claims[-1]["claim"]
     assert cnn.paper_value("FedRep", 100, 5) == 75.68
+
+
+def test_cnn_table_1000_column_size_and_claims():
+    # the (1000, 2) column: 25 training images per client at full size; other columns unchanged
+    assert cnn.column_size(cnn.FULL, 1000).data.limit == 25000
+    assert cnn.column_size(cnn.FULL, 100) == cnn.FULL
+    assert cnn.column_size(cnn.QUICK, 1000) == cnn.QUICK
+    rows = [
+        (100, 2, "FedRep", 86.0),
+        (100, 2, "Local", 60.0),
+        (1000, 2, "FedRep", 80.0),
+        (1000, 2, "Local", 40.0),
+    ]
+    tab = pd.DataFrame(rows, columns=["n", "classes", "label", "mean"])
+    tab["seeds"], tab["ci95"] = 3, 1.0
+    claims = cnn.claims(tab, cnn.patterns(tab), cnn.FULL)
+    by_claim = {c["claim"]: c for c in claims}
+    ran = by_claim["Table 1, CIFAR-10 (n=1000, S=2): FedRep accuracy"]
+    assert ran["status"] == "qualitative" and ran["paper_value"] == "83.27"
+    assert "25 training images per client instead of 50;" in ran["why"]
+    n100 = by_claim["Table 1, CIFAR-10 (n=100, S=2): FedRep accuracy"]
+    assert "50 training images per client instead of 500;" in n100["why"]
+    # the methods the column lacks are listed as not attempted, with the paper's value
+    missing = {c["claim"]: c for c in claims if c["status"] == "not attempted"}
+    assert len(missing) == 5
+    fedavg = missing["Table 1, CIFAR-10 (n=1000, S=2): FedAvg accuracy"]
+    assert fedavg["paper_value"] == "44.31" and fedavg["ours"] == "not run"
+    # the cross-column pattern: Local -20 against FedRep -6 holds (gap 14 +- 2: four 1.0
+    # half-widths in quadrature); the paper's -11.49 / -4.43
+    shift = [c for c in claims if "->" in c["claim"]]
+    assert [c["status"] for c in shift] == ["qualitative"]
+    assert shift[0]["ours"] == "Local -20.00, FedRep -6.00 (gap +14.00 +- 2.00, 95%)"
+    assert shift[0]["paper_value"] == "Local -11.49, FedRep -4.43"
+    # not held when Local loses less, nor when the gap is within the noise
+    for local_1000, ci in ((86.0, 1.0), (40.0, 8.0)):
+        tab.loc[(tab["label"] == "Local") & (tab["n"] == 1000), "mean"] = local_1000
+        tab["ci95"] = ci
+        shift = [c for c in cnn.claims(tab, cnn.patterns(tab), cnn.FULL) if "->" in c["claim"]]
+        assert [c["status"] for c in shift] == ["not reproduced"], (local_1000, ci)

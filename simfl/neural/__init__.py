@@ -17,10 +17,11 @@
   ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any of them in
   ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`),
   on the CPU or, with ``ImageClassification(device="cuda")``, a GPU.
-* The seed papers' baselines (:mod:`~simfl.neural.baselines`): :class:`SCAFFOLD`,
-  :class:`SCAFFOLDFT`, :class:`Ditto`, :class:`APFL`, :class:`PerFedAvg`, :class:`HFMAML`,
-  :class:`PFedMe`, :class:`L2GD`, :class:`NeuralFedNova` (FLANP is
-  ``simfl.policies.flanp()`` with :class:`NeuralFedAvg`).
+* The seed papers' baselines (:mod:`~simfl.neural.baselines`, one module per family):
+  :class:`SCAFFOLD`, :class:`SCAFFOLDFT`, :class:`NeuralFedNova`
+  (:mod:`~simfl.neural.control`); :class:`Ditto`, :class:`APFL`, :class:`PFedMe`,
+  :class:`L2GD` (:mod:`~simfl.neural.personal_models`); :class:`PerFedAvg`, :class:`HFMAML`
+  (:mod:`~simfl.neural.meta`). FLANP is ``simfl.policies.flanp()`` with :class:`NeuralFedAvg`.
 
 >>> import simfl
 >>> from simfl import Fleet, Scenario, dists, policies

@@ -1,0 +1,148 @@
+"""Meta-learning baselines: Per-FedAvg and HF-MAML.
+
+Part of the seed papers' neural baselines (:mod:`simfl.neural.baselines` states the rules they
+all share). Both are evaluated after one adaptation step and run under every policy (only the
+server's model is kept).
+
+Methods, papers and departures:
+
+* Per-FedAvg -- Fallah, Mokhtari, Ozdaglar, NeurIPS 2020, Algorithm 1: each local step draws
+  batches ``D, D'`` (and ``D''``) and takes ``w_tmp = w - alpha grad f(w; D)``,
+  ``w <- w - lr (I - alpha H(w; D'')) grad f(w_tmp; D')``; ``hessian="fo"`` drops the Hessian
+  term (first order), ``"hf"`` replaces ``H v`` by ``(grad f(w + delta v) - grad f(w - delta v))
+  / (2 delta)`` on ``D''`` (Hessian-free). Evaluation: one step ``w - alpha grad f_i(w)`` on the
+  client's whole training set (the personalised model of the MAML objective).
+* HF-MAML -- the Hessian-free Per-FedAvg with SRPFL's ``alpha=1e-2, lr (beta)=1e-1,
+  delta=1e-3``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from simfl._checks import check_choice, check_real
+from simfl.algorithms.base import Updates
+from simfl.neural.base import NeuralState
+from simfl.neural.models import Params
+from simfl.neural.personal import (
+    Baseline,
+    BaselineState,
+    Momentum,
+    batch_loss,
+    check_common,
+    grads,
+    leaves,
+    mean_loss,
+    minibatches,
+    stack_copy,
+)
+from simfl.neural.task import ClientImages
+from simfl.neural.train import SGD
+from simfl.rng import Streams
+
+__all__ = ["HFMAML", "PerFedAvg"]
+
+IntArray = NDArray[np.int64]
+#: Per-FedAvg's and HF-MAML's outer step: plain SGD with SRPFL's beta = 0.1.
+META_SGD = SGD(lr=0.1, momentum=0.0, weight_decay=0.0)
+
+
+# ---------------------------------------------------------------------- Per-FedAvg, HF-MAML
+@dataclass(frozen=True)
+class PerFedAvg(Baseline):
+    """Per-FedAvg: FedAvg on the MAML objective ``f_i(w - alpha grad f_i(w))``.
+
+    Parameters
+    ----------
+    epochs
+        Local epochs per round (>= 1); a step consumes one minibatch of each role.
+    alpha
+        Inner (adaptation) step size (> 0).
+    hessian
+        ``"fo"`` (first order) or ``"hf"`` (Hessian-free finite differences).
+    delta
+        Finite-difference radius of ``"hf"`` (> 0).
+    optimizer
+        The outer step (``lr`` is the paper's ``beta``); defaults to plain SGD, lr 0.1.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
+    """
+
+    epochs: int = 5
+    alpha: float = 1e-2
+    hessian: str = "fo"
+    delta: float = 1e-3
+    optimizer: SGD = META_SGD
+    finetune_epochs: int = 0
+
+    name: ClassVar[str] = "PerFedAvg"
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
+        check_real(f"{owner}.alpha", self.alpha, low=0.0, low_open=True)
+        check_choice(f"{owner}.hessian", self.hessian, ("fo", "hf"))
+        check_real(f"{owner}.delta", self.delta, low=0.0, low_open=True)
+
+    @property
+    def passes(self) -> float:  # type: ignore[override]
+        """Two gradients per step, four with the Hessian-free correction."""
+        return 4.0 if self.hessian == "hf" else 2.0
+
+    def local_updates(  # noqa: D102
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        limit: NDArray[np.float64] | None = None,
+    ) -> Updates:
+        net, sgd = state.network, self.optimizer
+        idx, counts = self._data(data, clients)
+        w = stack_copy(state.shared, clients.size)
+        mom = Momentum(sgd)
+        loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
+        rngs = self._rngs(streams, clients, round)
+        roles = 3 if self.hessian == "hf" else 2
+        x, y = data.x_train, data.y_train
+        for pos, active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit, roles):
+            g = grads(batch_loss(net, w, x, y, idx, pos[0]), w)
+            tmp = leaves({n: w[n].detach() - self.alpha * g[n] for n in w})
+            outer = batch_loss(net, tmp, x, y, idx, pos[1])
+            d = grads(outer, tmp)
+            if self.hessian == "hf":
+                plus = leaves({n: w[n].detach() + self.delta * d[n] for n in w})
+                minus = leaves({n: w[n].detach() - self.delta * d[n] for n in w})
+                hp = grads(batch_loss(net, plus, x, y, idx, pos[2]), plus)
+                hm = grads(batch_loss(net, minus, x, y, idx, pos[2]), minus)
+                scale = self.alpha / (2 * self.delta)
+                d = {n: d[n] - scale * (hp[n] - hm[n]) for n in d}
+            mom.step(w, d, active)
+            loss_sum[active] += outer.detach().numpy()[active]
+            steps[active] += 1
+        return self._updates(state, clients, w, mean_loss(loss_sum, steps))
+
+    def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
+        """One step ``w - alpha grad f_i(w)`` on each client's whole training set."""
+        idx, _ = self._data(data, clients)
+        w = stack_copy(state.shared, clients.size)
+        every = torch.arange(idx.shape[1]).expand(idx.shape[0], -1)
+        pos = torch.where(idx >= 0, every, -1)
+        g = grads(batch_loss(state.network, w, data.x_train, data.y_train, idx, pos), w)
+        return {n: (w[n] - self.alpha * g[n]).detach() for n in w}
+
+
+@dataclass(frozen=True)
+class HFMAML(PerFedAvg):
+    """SRPFL's HF-MAML baseline: Hessian-free Per-FedAvg, alpha 1e-2, beta 1e-1, delta 1e-3."""
+
+    hessian: str = "hf"
+
+    name: ClassVar[str] = "HF-MAML"

@@ -1,0 +1,430 @@
+"""Personal-model baselines: Ditto, APFL, pFedMe, L2GD.
+
+Part of the seed papers' neural baselines (:mod:`simfl.neural.baselines` states the rules they
+all share). Each client keeps a personal model besides the global one; each is evaluated with
+the client's own personalised model on its own test split, like FedRep, and refuses
+asynchronous and tiered policies (the aggregation updates the personal models).
+
+Methods, papers and departures:
+
+* Ditto -- Li, Hu, Beirami, Smith, ICML 2021, Algorithm 1: each selected client first takes
+  ``personal_epochs`` epochs of ``v <- v - lr (grad F(v) + lam (v - w^t))`` against the
+  received global ``w^t``, then ``epochs`` epochs of local SGD on ``w`` (FedAvg); the server
+  averages the ``w``.
+* APFL -- Deng, Kamani, Mahdavi, 2020, Algorithm 1: a client trains the global copy ``w`` and
+  its own ``v`` on the same minibatch, ``v`` through the mixture ``v_bar = a v + (1 - a) w``
+  (gradient ``a grad f(v_bar)``), and with ``adapt=True`` also
+  ``a <- clip(a - alpha_lr <v - w, grad f(v_bar)>, 0, 1)``; the server averages the ``w``. The
+  personal model evaluated is ``a_i v_i + (1 - a_i) w`` with the current global ``w``.
+* pFedMe -- T. Dinh, Tran, Nguyen, NeurIPS 2020, Algorithm 1: per minibatch, ``inner_steps``
+  steps ``theta <- theta - personal_lr (grad f(theta; D) + lam (theta - w))`` (``theta`` starts
+  each round at the received model and is warm-started across minibatches, as in the authors'
+  code), then ``w <- w - lr lam (w - theta)``; the server takes
+  ``w <- (1 - beta) w + beta avg(w_i)``. The personal model is the last ``theta``. Plain SGD
+  (``optimizer.momentum`` and ``weight_decay`` must be 0).
+* L2GD -- Hanzely and Richtarik, 2020 (loopless local GD on
+  ``sum f_i(x_i) + lam/2 sum ||x_i - x_bar||^2``): each client trains its own ``x_i``; an
+  averaging step moves every participant to ``x_i - mix (x_i - x_bar)`` (the paper's
+  ``mix = eta lam / (n p)``, local step size ``optimizer.lr = eta / (n (1 - p))``). Departure:
+  the paper's coin flips (probability ``p`` of averaging per step) are replaced by simfl's rounds:
+  ``epochs`` epochs of local steps, then one averaging step among the round's participants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from simfl._checks import check_bool, check_int, check_real
+from simfl.algorithms.base import Updates
+from simfl.neural.base import NeuralState, weighted_means
+from simfl.neural.models import Params
+from simfl.neural.personal import (
+    PERSONAL,
+    Baseline,
+    BaselineState,
+    Momentum,
+    batch_loss,
+    check_common,
+    grads,
+    leaves,
+    masked,
+    mean_loss,
+    minibatches,
+    stack_copy,
+)
+from simfl.neural.task import ClientImages
+from simfl.neural.train import DEFAULT_SGD, SGD, Phase, train_cohort
+from simfl.outcome import Outcome
+from simfl.rng import Streams
+
+__all__ = ["APFL", "L2GD", "Ditto", "PFedMe"]
+
+IntArray = NDArray[np.int64]
+#: pFedMe's MNIST settings: eta = 0.005, minibatches of 20, plain SGD.
+PFEDME_SGD = SGD(lr=0.005, momentum=0.0, weight_decay=0.0, batch_size=20)
+
+
+# ---------------------------------------------------------------------- Ditto
+@dataclass(frozen=True)
+class Ditto(Baseline):
+    """Ditto: a global model by FedAvg and a personal model regularised towards it.
+
+    Parameters
+    ----------
+    epochs
+        Local epochs on the global model per round (>= 1).
+    personal_epochs
+        Epochs on the personal model per round (>= 1).
+    lam
+        Regularisation ``lambda`` towards the received global model (>= 0).
+    optimizer
+        SGD of both updates.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
+    """
+
+    evaluates_personal: ClassVar[bool] = True
+
+    epochs: int = 5
+    personal_epochs: int = 5
+    lam: float = 0.1
+    optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
+
+    name: ClassVar[str] = "Ditto"
+    synchronous_only: ClassVar[str | None] = (
+        "its personal models are updated only by a synchronous aggregation"
+    )
+
+    def __post_init__(self) -> None:
+        check_common("Ditto", self.epochs, self.optimizer, self.finetune_epochs)
+        check_int("Ditto.personal_epochs", self.personal_epochs, low=1)
+        check_real("Ditto.lam", self.lam, low=0.0)
+
+    def local_epochs(self) -> int:  # noqa: D102
+        return self.epochs + self.personal_epochs
+
+    def local_updates(  # noqa: D102
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        limit: NDArray[np.float64] | None = None,
+    ) -> Updates:
+        assert isinstance(state, BaselineState)
+        net, sgd = state.network, self.optimizer
+        index = data.train_index(clients)
+        per_epoch = np.ceil((index >= 0).sum(axis=1) / sgd.batch_size)
+        own_limit = per_epoch * self.personal_epochs if limit is None else limit
+        everything = (Phase(net.layer_names, self.personal_epochs),)
+        v, _ = train_cohort(
+            net,
+            state.stacked(clients, state.start),
+            data.x_train,
+            data.y_train,
+            index,
+            everything,
+            sgd,
+            self._rngs(streams, clients, round, "neural/personal"),
+            (self.lam, state.shared),
+            limit=None if limit is None else np.minimum(limit, own_limit),
+        )
+        rest = None if limit is None else np.maximum(limit - own_limit, 0.0)
+        w, loss = train_cohort(
+            net,
+            dict(state.shared),
+            data.x_train,
+            data.y_train,
+            index,
+            (Phase(net.layer_names, self.epochs),),
+            sgd,
+            self._rngs(streams, clients, round),
+            limit=rest,
+        )
+        params = {**w, **{PERSONAL + n: p for n, p in v.items()}}
+        return self._updates(state, clients, params, loss)
+
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
+        """Size-weighted average of the global models; clients keep their personal ones."""
+        assert isinstance(state, BaselineState)
+        shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
+        personal = self._personal_rows(state, updates, PERSONAL)
+        return replace(state, shared=shared, personal=personal, round=state.round + 1)
+
+
+@dataclass(frozen=True)
+class APFL(Baseline):
+    """APFL: a global copy ``w`` and a personal ``v`` mixed as ``a v + (1 - a) w``.
+
+    Parameters
+    ----------
+    epochs
+        Local epochs per round (>= 1); every step updates ``w``, ``v`` (and ``a``).
+    alpha
+        Initial mixing weight ``a`` in [0, 1] (the paper's experiments start at 0.25).
+    adapt
+        Learn each client's ``a`` by gradient steps (the paper's adaptive APFL).
+    alpha_lr
+        Step size of ``a`` (> 0; ``None``: ``optimizer.lr``, as in the paper).
+    optimizer
+        SGD of ``w`` and ``v`` (each with its own momentum buffers).
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
+    """
+
+    epochs: int = 5
+    alpha: float = 0.25
+    adapt: bool = True
+    alpha_lr: float | None = None
+    optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
+
+    name: ClassVar[str] = "APFL"
+    passes: ClassVar[float] = 2.0
+    synchronous_only: ClassVar[str | None] = (
+        "its personal models and mixing weights are updated only by a synchronous aggregation"
+    )
+
+    def __post_init__(self) -> None:
+        check_common("APFL", self.epochs, self.optimizer, self.finetune_epochs)
+        check_real("APFL.alpha", self.alpha, low=0.0, high=1.0)
+        object.__setattr__(self, "adapt", check_bool("APFL.adapt", self.adapt))
+        if self.alpha_lr is not None:
+            check_real("APFL.alpha_lr", self.alpha_lr, low=0.0, low_open=True)
+
+    def _personal_default(self, state: BaselineState) -> Params:
+        return {**state.start, "alpha": torch.tensor(self.alpha, dtype=torch.float32)}
+
+    def local_updates(  # noqa: D102
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        limit: NDArray[np.float64] | None = None,
+    ) -> Updates:
+        assert isinstance(state, BaselineState)
+        net, sgd = state.network, self.optimizer
+        idx, counts = self._data(data, clients)
+        own = state.stacked(clients, self._personal_default(state))
+        a = own.pop("alpha").clone()
+        w, v = stack_copy(state.shared, clients.size), leaves(own)
+        mom_w, mom_v = Momentum(sgd), Momentum(sgd)
+        a_lr = sgd.lr if self.alpha_lr is None else self.alpha_lr
+        loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
+        rngs = self._rngs(streams, clients, round)
+        for (pos,), active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit):
+            loss = batch_loss(net, w, data.x_train, data.y_train, idx, pos)
+            g_w = grads(loss, w)
+            a_leaf = a.clone().requires_grad_(True)
+            mixed = {n: _mix(a_leaf, v[n], w[n].detach()) for n in w}
+            mixed_loss = batch_loss(net, mixed, data.x_train, data.y_train, idx, pos)
+            g_v = grads(mixed_loss, {**v, "alpha": a_leaf})
+            g_a = g_v.pop("alpha")
+            mom_w.step(w, g_w, active)
+            mom_v.step(v, g_v, active)
+            if self.adapt:
+                step = torch.from_numpy(active).to(a.dtype) * a_lr * g_a
+                a = (a - step).clamp(0.0, 1.0)
+            loss_sum[active] += mixed_loss.detach().numpy()[active]
+            steps[active] += 1
+        params = {**w, **{PERSONAL + n: p for n, p in v.items()}, PERSONAL + "alpha": a}
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
+
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
+        """Size-weighted average of the ``w``; clients keep their ``v`` and ``a``."""
+        assert isinstance(state, BaselineState)
+        shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
+        personal = self._personal_rows(state, updates, PERSONAL)
+        return replace(state, shared=shared, personal=personal, round=state.round + 1)
+
+    def eval_params(  # noqa: D102
+        self, state: BaselineState, data: ClientImages, clients: IntArray
+    ) -> Params:
+        own = state.stacked(clients, self._personal_default(state))
+        a = own.pop("alpha")
+        return {n: _mix(a, v, state.shared[n]) for n, v in own.items()}
+
+
+def _mix(a: Tensor, v: Tensor, w: Tensor) -> Tensor:
+    """``a v + (1 - a) w`` with one ``a`` per client (leading axis of ``v``)."""
+    shape = (-1, *([1] * (v.dim() - 1)))
+    return a.reshape(shape) * v + (1 - a.reshape(shape)) * w
+
+
+# ---------------------------------------------------------------------- pFedMe
+@dataclass(frozen=True)
+class PFedMe(Baseline):
+    """pFedMe: Moreau-envelope personalisation (see the module docstring).
+
+    Parameters
+    ----------
+    epochs
+        Local epochs per round (>= 1); each minibatch is one outer step (the paper's ``R``
+        local rounds are the minibatches of these epochs).
+    lam
+        Regularisation ``lambda`` (> 0; paper 15).
+    inner_steps
+        Gradient steps ``K`` on ``theta`` per minibatch (>= 1; paper 5).
+    personal_lr
+        Step size of ``theta`` (> 0).
+    beta
+        Server mixing ``beta`` (> 0; 1 is plain averaging).
+    optimizer
+        ``lr`` is the outer step ``eta`` and ``batch_size`` the minibatch; plain SGD only.
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
+    """
+
+    evaluates_personal: ClassVar[bool] = True
+
+    epochs: int = 5
+    lam: float = 15.0
+    inner_steps: int = 5
+    personal_lr: float = 0.1
+    beta: float = 1.0
+    optimizer: SGD = PFEDME_SGD
+    finetune_epochs: int = 0
+
+    name: ClassVar[str] = "pFedMe"
+    synchronous_only: ClassVar[str | None] = (
+        "its personal models are updated only by a synchronous aggregation"
+    )
+
+    def __post_init__(self) -> None:
+        check_common("PFedMe", self.epochs, self.optimizer, self.finetune_epochs)
+        check_real("PFedMe.lam", self.lam, low=0.0, low_open=True)
+        check_int("PFedMe.inner_steps", self.inner_steps, low=1)
+        check_real("PFedMe.personal_lr", self.personal_lr, low=0.0, low_open=True)
+        check_real("PFedMe.beta", self.beta, low=0.0, low_open=True)
+        for knob in ("momentum", "weight_decay"):
+            if getattr(self.optimizer, knob) != 0:
+                raise ValueError(
+                    f"PFedMe.optimizer.{knob} must be 0 (pFedMe's steps are plain gradient "
+                    f"steps), got {getattr(self.optimizer, knob)!r}"
+                )
+
+    @property
+    def passes(self) -> float:  # type: ignore[override]
+        """One gradient per inner step."""
+        return float(self.inner_steps)
+
+    def local_updates(  # noqa: D102
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        limit: NDArray[np.float64] | None = None,
+    ) -> Updates:
+        net = state.network
+        idx, counts = self._data(data, clients)
+        w = stack_copy(state.shared, clients.size)
+        theta = stack_copy(state.shared, clients.size)
+        loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
+        rngs = self._rngs(streams, clients, round)
+        batch = self.optimizer.batch_size
+        for (pos,), active in minibatches(rngs, counts, batch, self.epochs, limit):
+            for _ in range(self.inner_steps):
+                loss = batch_loss(net, theta, data.x_train, data.y_train, idx, pos)
+                g = grads(loss, theta)
+                with torch.no_grad():
+                    for n, p in theta.items():
+                        move = g[n] + self.lam * (p - w[n])
+                        p.sub_(self.personal_lr * move * masked(active, p))
+            with torch.no_grad():
+                for n, p in w.items():
+                    p.sub_(self.optimizer.lr * self.lam * (p - theta[n]) * masked(active, p))
+            loss_sum[active] += loss.detach().numpy()[active]
+            steps[active] += 1
+        params = {**w, **{PERSONAL + n: p for n, p in theta.items()}}
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
+
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
+        """``w <- (1 - beta) w + beta avg(w_i)``; clients keep their ``theta``."""
+        assert isinstance(state, BaselineState)
+        avg = weighted_means(updates, tuple(state.shared))
+        shared = {n: (1 - self.beta) * p + self.beta * avg[n] for n, p in state.shared.items()}
+        personal = self._personal_rows(state, updates, PERSONAL)
+        return replace(state, shared=shared, personal=personal, round=state.round + 1)
+
+
+@dataclass(frozen=True)
+class L2GD(Baseline):
+    """L2GD: personal models pulled towards their average (see the module docstring).
+
+    Parameters
+    ----------
+    epochs
+        Local epochs on the client's own ``x_i`` per round (>= 1).
+    mix
+        Averaging step ``eta lam / (n p)`` in (0, 1] (1: every participant becomes the average).
+    optimizer
+        Local SGD (``lr`` is ``eta / (n (1 - p))``).
+    finetune_epochs
+        Head epochs each client trains on the model it is evaluated with, before it is
+        evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
+    """
+
+    evaluates_personal: ClassVar[bool] = True
+
+    epochs: int = 5
+    mix: float = 0.5
+    optimizer: SGD = DEFAULT_SGD
+    finetune_epochs: int = 0
+
+    name: ClassVar[str] = "L2GD"
+    synchronous_only: ClassVar[str | None] = (
+        "its personal models are updated only by a synchronous aggregation"
+    )
+
+    def __post_init__(self) -> None:
+        check_common("L2GD", self.epochs, self.optimizer, self.finetune_epochs)
+        check_real("L2GD.mix", self.mix, low=0.0, high=1.0, low_open=True)
+
+    def local_updates(  # noqa: D102
+        self,
+        state: NeuralState,
+        data: ClientImages,
+        clients: IntArray,
+        round: int,
+        streams: Streams,
+        limit: NDArray[np.float64] | None = None,
+    ) -> Updates:
+        assert isinstance(state, BaselineState)
+        net = state.network
+        x, loss = train_cohort(
+            net,
+            state.stacked(clients, state.start),
+            data.x_train,
+            data.y_train,
+            data.train_index(clients),
+            (Phase(net.layer_names, self.epochs),),
+            self.optimizer,
+            self._rngs(streams, clients, round),
+            limit=limit,
+        )
+        return self._updates(state, clients, x, loss)
+
+    def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
+        """``x_bar`` = size-weighted average; each participant ``x_i -= mix (x_i - x_bar)``."""
+        assert isinstance(state, BaselineState)
+        avg = weighted_means(updates, tuple(state.shared))
+        personal = dict(state.personal)
+        for j, c in enumerate(updates.clients):
+            own = {n: torch.from_numpy(np.array(v[j])) for n, v in updates.params.items()}
+            personal[int(c)] = {n: x - self.mix * (x - avg[n]) for n, x in own.items()}
+        return replace(state, shared=avg, personal=personal, round=state.round + 1)
