@@ -139,14 +139,19 @@ def test_policy_shootout_quick_numbers(tmp_path):
 def test_srpfl_schedule_quick_numbers(tmp_path):
     lines = quick("srpfl_schedule.py", tmp_path, "--seeds", "2")
     rows = {
-        line.split()[0]: numbers(line, 5)
+        line.split()[0]: numbers(line, 7)
         for line in lines
         if line.split()[:1] in (["srpfl"], ["fedrep-all"])
     }
     srpfl, fedrep = srpfl_schedule.expected_times(20, 5, 5, 15)
     assert rows["srpfl"][3] == pytest.approx(srpfl, abs=5e-4)  # exact, printed to 3 decimals
     assert rows["fedrep-all"][3] == pytest.approx(fedrep, abs=5e-4)
-    for mean, lo, hi, _, _ in rows.values():
+    # the SEs the rule uses: the exact per-seed sds over sqrt(2 seeds)
+    sds = srpfl_schedule.expected_sds(20, 5, 5, 15)
+    for row, sd in zip(rows.values(), sds, strict=True):
+        assert row[5] == pytest.approx(sd / math.sqrt(2), abs=5e-4)
+        assert row[6] == pytest.approx((row[0] - row[3]) / row[5], abs=0.01)
+    for mean, lo, hi, *_ in rows.values():
         assert lo <= mean <= hi
     # two seeds cannot test the mean (per-seed cv 0.30): the powered check is
     # tests/test_reproductions.py::test_schedule_matches_order_statistics

@@ -19,6 +19,8 @@ def test_wait_all_round_lasts_h_n():
     res = run(timing_scenario(n=20, rounds=4000), progress=False)
     expected = harmonic(20)
     assert expected == pytest.approx(3.5977, abs=5e-5)
+    # SE (theory): sd sqrt(sum_{j<=20} 1/j^2) = 1.263 over 4000 independent rounds = 0.56% of
+    # H_20; tolerance 2% = 3.6 SE; a 5% error is 9.0 SE away: power P(Z > 3.6 - 9.0) ~ 1
     assert res.rounds["duration"].mean() == pytest.approx(expected, rel=0.02)
     assert (res.clients["status"] == "arrived").all()
 
@@ -29,6 +31,8 @@ def test_fastest_k_round_lasts_h_n_minus_h_n_minus_k():
     res = run(timing_scenario(n=20, policy=policy, rounds=6000), progress=False)
     expected = harmonic(20) - harmonic(15)
     assert expected == pytest.approx(0.2795, abs=5e-5)
+    # SE (theory): sd sqrt(sum_{j=16..20} 1/j^2) = 0.125 over 6000 rounds = 0.58% of the mean;
+    # tolerance 2% = 3.45 SE; a 5% error is 8.6 SE away: power ~ 1
     assert res.rounds["duration"].mean() == pytest.approx(expected, rel=0.02)
     assert (res.rounds["n_arrived"] == 5).all() and (res.rounds["n_cancelled"] == 15).all()
 
@@ -39,6 +43,8 @@ def test_deadline_arrival_fraction_is_one_minus_exp(deadline):
         timing_scenario(n=20, policy=policies.Deadline(deadline), rounds=2000), progress=False
     )
     arrived = (res.clients["status"] == "arrived").mean()
+    # SE (theory, binomial over 40,000 independent jobs): 0.62%, 0.38%, 0.20% of p for the
+    # three deadlines; tolerance 2% >= 3.2 SE; a 5% error is >= 8 SE away: power ~ 1
     assert arrived == pytest.approx(1.0 - math.exp(-deadline), rel=0.02)
     assert set(res.clients["status"].unique()) <= {"arrived", "late"}
 
@@ -73,9 +79,13 @@ def test_dropout_hazard_survival_is_exponential():
         progress=False,
     )
     survived = (res.clients["status"] == "arrived").mean()
+    # SE (theory, binomial over 30,000 jobs): 0.52% of exp(-hL); tolerance 2% = 3.8 SE; a 5%
+    # error is 9.6 SE away: power ~ 1
     assert survived == pytest.approx(math.exp(-hazard * length), rel=0.02)
     dropped = res.clients[res.clients["status"] == "dropped"]
     # time to failure is Exp(h) truncated to [0, L]: compare the conditional mean
     h, ell = hazard, length
     cond_mean = 1 / h - ell * math.exp(-h * ell) / (1 - math.exp(-h * ell))
+    # SE (theory): that law's sd 0.572 over ~13,500 dropped jobs = 0.55% of the mean 0.901;
+    # tolerance 3% = 5.5 SE; a 5% error is 9.2 SE away: power P(Z > 5.5 - 9.2) > 99.9%
     assert (dropped["t_end"] - dropped["t_start"]).mean() == pytest.approx(cond_mean, rel=0.03)

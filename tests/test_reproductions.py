@@ -46,6 +46,12 @@ def test_schedule_matches_order_statistics():
     srpfl, fedrep = srpfl_schedule.expected_times(n, n0, tau, rounds)
     assert tau * draws[:, [4, 9, 19]].sum(1).mean() == pytest.approx(srpfl, rel=0.016)
     assert rounds * draws[:, 19].mean() == pytest.approx(fedrep, rel=0.019)
+    # the per-seed sds the full-size rule's SEs come from (Renyi's representation), against
+    # the same 4,000 draws: a sample sd's relative SE is ~ sqrt((kurtosis - 1) / 4N) <= 2.5%
+    # here (kurtosis < 11), tolerance 8% (>= 3.2 SE): a formula error of 15% or more fails
+    sd_srpfl, sd_fedrep = srpfl_schedule.expected_sds(n, n0, tau, rounds)
+    assert tau * draws[:, [4, 9, 19]].sum(1).std() == pytest.approx(sd_srpfl, rel=0.08)
+    assert rounds * draws[:, 19].std() == pytest.approx(sd_fedrep, rel=0.08)
     assert table["ours (mean)"].iloc[0] < table["ours (mean)"].iloc[1] / 2
 
 
