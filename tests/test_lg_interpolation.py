@@ -335,9 +335,9 @@ def test_reproduction_fig2_reduced():
 
 def test_full_size_closed_form_check_is_powered():
     """The full-size results file of analysis/lg_alpha.py holds the powered paper-size check:
-    recomputed from its table, every Fig. 2 point's SE of the excess is <= 1% of it (a 5% error
-    is >= 5 SE) and within 4 SE of the closed form with its O(d/n) term, and the claim says
-    "reproduced" only then."""
+    recomputed from its table, every Fig. 2 point's SE of the excess is <= 0.88% of it (a 5%
+    error is >= 5.68 SE: it fails a point with probability >= 95.4%) and within 4 SE of the
+    closed form with its O(d/n) term, and the claim says "reproduced" only then."""
     import json
 
     import _common
