@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,30 @@ def fresh_runs(script: str, args: list[str], repeats: int) -> list[dict[str, Any
         )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return runs
+
+
+def budget_row(
+    target: str, setting: str, runs: list[dict[str, Any]], note: str = ""
+) -> dict[str, Any]:
+    """The suite row of a whole-process run against the 60 s and 2 GiB budget.
+
+    ``runs`` are :func:`fresh_runs`' rows (``total_s``, ``run_s``, ``peak_rss_mb``): the median
+    total and run seconds, the highest peak RSS; ``note`` goes between the two in the note.
+    """
+    total = statistics.median(r["total_s"] for r in runs)
+    rss = max(r["peak_rss_mb"] for r in runs)
+    return {
+        "target": target,
+        "setting": setting,
+        "simfl": round(total, 2),
+        "baseline": 60.0,
+        "unit": "s (whole process)",
+        "ratio": round(total / 60.0, 3),
+        "goal": "< 60 s and < 2048 MiB",
+        "passed": total < 60.0 and rss < 2048.0,
+        "note": f"run only {statistics.median(r['run_s'] for r in runs):.2f} s; {note}"
+        f"peak RSS {rss:.0f} MiB",
+    }
 
 
 def peak_rss_mb() -> float:

@@ -29,7 +29,7 @@ import numpy as np
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import fresh_runs, parser, peak_rss_mb, report
+from _perf import budget_row, fresh_runs, parser, peak_rss_mb, report
 
 FLEET, CONCURRENCY, BUFFER = 10_000, 100, 10
 
@@ -214,25 +214,13 @@ def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """The million-device FedBuff run in fresh processes: median seconds, highest RSS."""
     args = ["--scale", "5000", "100", "5000"] if quick else ["--scale"]
     runs = fresh_runs("async_throughput.py", args, repeats)
-    total = statistics.median(r["total_s"] for r in runs)
-    rss = max(r["peak_rss_mb"] for r in runs)
     r0 = runs[0]
-    return [
-        {
-            "target": "6 async million",
-            "setting": f"{r0['devices']:,} devices, FedBuff (buffer {BUFFER}, concurrency "
-            f"{r0['concurrency']:,}), {r0['jobs']:,} jobs, timing only",
-            "simfl": round(total, 2),
-            "baseline": 60.0,
-            "unit": "s (whole process)",
-            "ratio": round(total / 60.0, 3),
-            "goal": "< 60 s and < 2048 MiB",
-            "passed": total < 60.0 and rss < 2048.0,
-            "note": f"run only {statistics.median(r['run_s'] for r in runs):.2f} s; "
-            f"process CPU {statistics.median(r['cpu_s'] for r in runs):.2f} s; "
-            f"peak RSS {rss:.0f} MiB",
-        }
-    ]
+    setting = (
+        f"{r0['devices']:,} devices, FedBuff (buffer {BUFFER}, concurrency "
+        f"{r0['concurrency']:,}), {r0['jobs']:,} jobs, timing only"
+    )
+    cpu = statistics.median(r["cpu_s"] for r in runs)
+    return [budget_row("6 async million", setting, runs, f"process CPU {cpu:.2f} s; ")]
 
 
 def measure(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ target is missed.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -41,31 +40,19 @@ import fedrep_overhead
 import links_throughput
 import neural_suite
 import scaling
-from _perf import HERE, fresh_runs, parser, report
+from _perf import HERE, budget_row, fresh_runs, parser, report
 
 
 def million(quick: bool, repeats: int) -> list[dict[str, Any]]:
     """Target 4 in fresh processes: median run time, highest peak RSS."""
     args = ["--devices", "100000", "--cohort", "1000", "--rounds", "20"] if quick else []
     runs = fresh_runs("million.py", args, repeats)
-    total = statistics.median(r["total_s"] for r in runs)
-    rss = max(r["peak_rss_mb"] for r in runs)
     r0 = runs[0]
-    return [
-        {
-            "target": "4 million devices",
-            "setting": f"{r0['devices']:,} devices, {r0['cohort']:,}/round, "
-            f"{r0['rounds']} rounds FedAvg linear ({r0['jobs']:,} jobs)",
-            "simfl": round(total, 2),
-            "baseline": 60.0,
-            "unit": "s (whole process)",
-            "ratio": round(total / 60.0, 3),
-            "goal": "< 60 s and < 2048 MiB",
-            "passed": total < 60.0 and rss < 2048.0,
-            "note": f"run only {statistics.median(r['run_s'] for r in runs):.2f} s; "
-            f"peak RSS {rss:.0f} MiB",
-        }
-    ]
+    setting = (
+        f"{r0['devices']:,} devices, {r0['cohort']:,}/round, "
+        f"{r0['rounds']} rounds FedAvg linear ({r0['jobs']:,} jobs)"
+    )
+    return [budget_row("4 million devices", setting, runs)]
 
 
 def peers(python: str | None, repeats: int) -> list[dict[str, Any]]:
