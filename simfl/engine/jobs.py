@@ -113,20 +113,7 @@ def concat_plans(plans: list[JobPlan]) -> JobPlan:
     starts = [
         np.broadcast_to(np.asarray(p.t_start, dtype=np.float64), p.devices.shape) for p in plans
     ]
-    fields = (
-        "devices",
-        "download",
-        "compute",
-        "upload",
-        "fail_after",
-        "work",
-        "size_down",
-        "size_up",
-        "progress",
-        "spent",
-        "active_since",
-        "moved",
-    )
+    fields = ("devices", *_ROW_FIELDS)
     cat = {f: np.concatenate([getattr(p, f) for p in plans]) for f in fields}
     return JobPlan(t_start=np.concatenate(starts), **cat)
 
