@@ -130,11 +130,7 @@ def equal_bytes(frame: pd.DataFrame, points: int = 6) -> pd.DataFrame:
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None)
-    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
     started = time.perf_counter()
     if args.quick:
         from simfl.neural import Digits

@@ -185,13 +185,9 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--finetune", type=int, default=10, help="0: each client's own model")
     p.add_argument("--model", choices=("small", "fedrep"), default="small")
     args = p.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
     started = time.perf_counter()
     if args.quick:  # the reduced test's setting
         data: DataSource = MNIST(limit=2000)

@@ -248,11 +248,7 @@ CRITERIA = (
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None)
-    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
     # quick: the reduced test's setting, with as many participations per client (about 10)
     n, fraction, rounds = (30, 0.2, 50) if args.quick else (100, 0.1, 100)
     seeds = tuple(range(args.seeds or 1))

@@ -329,14 +329,10 @@ def main() -> None:
     p.add_argument("--columns", default=None, help="e.g. 100x2,100x5 (default: all three)")
     p.add_argument("--cache", default=None, help="directory of finished runs (resumable)")
     p.add_argument("--results", default=None, help="directory for the results JSON")
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", choices=("lenet", "code"), default="lenet")
     p.add_argument("--cached-only", action="store_true", help="tabulate the cached runs only")
     p.add_argument("--methods", default=None, help="e.g. FedRep,FedAvg (default: every method)")
     args = p.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
     size = QUICK if args.quick else FULL
     if args.model == "code":
         size = replace(size, model=CNN.fedrep())

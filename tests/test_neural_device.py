@@ -54,14 +54,17 @@ def test_other_devices_are_refused_naming_the_field(device):
 
 
 def test_the_new_fields_at_their_defaults_keep_the_run_ids_of_stores():
-    """``device`` and ``CNN.padding`` are left out of the scenario fingerprint at their
-    defaults: the value below is the fingerprint before they existed."""
+    """``device``, ``threads`` and ``CNN.padding`` are left out of the scenario fingerprint at
+    their defaults: the value below is the fingerprint before they existed."""
     from simfl.sweeps.worker import scenario_fingerprint
 
-    def make(**kw):
+    def make(threads=1, **kw):
         return Scenario(
             task=neural.ImageClassification(
-                neural.MNIST(), neural.Shards(2), neural.CNN((6, 16), (120, 100), **kw)
+                neural.MNIST(),
+                neural.Shards(2),
+                neural.CNN((6, 16), (120, 100), **kw),
+                threads=threads,
             ),
             algorithm=neural.NeuralFedAvg(epochs=1),
             fleet=Fleet.homogeneous(8, compute=dists.Exponential(mean=1.0)),
@@ -74,3 +77,4 @@ def test_the_new_fields_at_their_defaults_keep_the_run_ids_of_stores():
     assert scenario_fingerprint(make()) == before
     assert scenario_fingerprint(make(padding=(0, 0))) == before
     assert scenario_fingerprint(make(padding=(2, 0))) != before
+    assert scenario_fingerprint(make(threads=2)) != before

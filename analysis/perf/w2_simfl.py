@@ -178,6 +178,7 @@ def scenario(a: argparse.Namespace) -> Scenario:
         model,
         eval_clients=1,
         device=a.device,
+        threads=a.threads,
     )
     sgd = SGD(lr=a.lr, momentum=0.0, weight_decay=0.0, batch_size=a.batch)
     return Scenario(

@@ -21,6 +21,7 @@ import functools
 import math
 import time
 import traceback
+from contextlib import nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -114,25 +115,26 @@ def run(
     batched = check_bool("simfl.run batched", batched)
     reference_links = check_bool("simfl.run reference_links", reference_links)
     started = time.perf_counter()
-    ctx = RunContext(
-        scenario,
-        lazy=lazy,
-        progress=progress,
-        on_error=on_error,
-        batched=batched,
-        reference_links=reference_links,
-    )
-    loop = _loop(ctx)
-    status = _play(ctx, loop)
-    if loop.in_flight:
-        ctx.stop("max_time")
-    loop.abandon()
-    ctx.finish()
+    with nullcontext() if scenario.task is None else scenario.task.session():
+        ctx = RunContext(
+            scenario,
+            lazy=lazy,
+            progress=progress,
+            on_error=on_error,
+            batched=batched,
+            reference_links=reference_links,
+        )
+        loop = _loop(ctx)
+        status = _play(ctx, loop)
+        if loop.in_flight:
+            ctx.stop("max_time")
+        loop.abandon()
+        ctx.finish()
+        client_metrics, client_metrics_error = ctx.client_metrics()
     if ctx.error is not None:
         status = "error"
     elif ctx.stop_reason == "diverged":
         status = "diverged"
-    client_metrics, client_metrics_error = ctx.client_metrics()
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "scenario_repr": repr(scenario),

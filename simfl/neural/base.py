@@ -31,8 +31,9 @@ a value: ``aggregate`` returns a new one and never changes the old one or its te
   distribution is in seconds per GMAC. ``payload`` is the bytes of the float32 shared parameters,
   each way.
 
-Runs are reproducible bit for bit for a given torch build and number of torch threads (CPU
-kernels may round differently with the thread count); a client's update computed in a different
+Runs are reproducible bit for bit for a given torch build (the number of torch threads, which
+changes how CPU kernels round, is the task's :attr:`~simfl.neural.ImageClassification.threads`,
+set for the run whatever the process has); a client's update computed in a different
 cohort agrees to floating-point rounding (batched matrix products may block differently).
 """
 

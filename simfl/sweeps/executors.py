@@ -31,13 +31,15 @@ workers running neural scenarios side by side do not each start a thread per cor
 each other down (:func:`limit_threads`). The environment variables are set before a worker
 imports those libraries, and torch (and numpy's BLAS, through ``threadpoolctl`` where
 installed) are limited at once where already loaded. :class:`Inline` leaves the threads of
-the calling process alone. A run is bit-reproducible for a given thread count; oneDNN's
-convolutions (the CNNs of :mod:`simfl.neural`) round differently with another count (about
-1e-8 after a few LeNet-5 steps, 1 thread against 2), so pass ``threads=`` to get the same
-bits whatever the number of workers. Known problem (not fixed here): :class:`Processes`
-forks its workers, and a worker given more than one thread hangs in its first parallel torch
-operation if the sweep's process had already run torch with several OpenMP threads (GNU
-OpenMP is not fork-safe); ``threads=1`` avoids it.
+the calling process alone. The threads of a neural run's own torch work are not the worker's:
+they are its task's (:attr:`simfl.neural.ImageClassification.threads`, default 1), set for the
+run and restored after it, because the count changes how oneDNN's convolutions round (about
+1e-8 after a few LeNet-5 steps, 1 thread against 2); so a scenario gives the same bits under
+every executor, and ``threads`` here sizes only what runs outside that (numpy's BLAS, a
+task's own code). Known problem (not fixed here): :class:`Processes` forks its workers, and a
+worker that runs torch with more than one thread hangs in its first parallel torch operation
+if the sweep's process had already run torch with several OpenMP threads (GNU OpenMP is not
+fork-safe); neural tasks of 1 thread (the default) avoid it.
 
 Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
 """

@@ -55,7 +55,7 @@ _FORMER_NAMES = {
 _ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "simfl.fleet.Fleet": {"labels": None, "energy": None},
     "simfl.fleet.Profile": {"energy": None},
-    "simfl.neural.task.ImageClassification": {"device": "cpu"},
+    "simfl.neural.task.ImageClassification": {"device": "cpu", "threads": 1},
     "simfl.neural.models.CNN": {"padding": (0, 0)},
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 from simfl.rng import Streams
@@ -27,3 +28,13 @@ class Task(ABC):
     @abstractmethod
     def build(self, n_clients: int, streams: Streams) -> Any:
         """Bind the task to ``n_clients`` clients and the run's random streams."""
+
+    def session(self) -> AbstractContextManager[None]:
+        """The context a run with this task computes in, from binding to the last evaluation.
+
+        :func:`simfl.run` enters it before it builds the task and leaves it after the final
+        metrics, so that settings which decide the run's numbers (the compute threads of a
+        neural task, :attr:`simfl.neural.ImageClassification.threads`) belong to the scenario
+        and not to the process that runs it. The default changes nothing.
+        """
+        return nullcontext()
