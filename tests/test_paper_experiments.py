@@ -240,3 +240,51 @@ def test_lg_rotated_quick(tmp_path):
     assert lg["regular after"] - fedavg["regular after"] > 3 * se
     # both learn the rotated digits on the new device (paper 92% / 93%)
     assert fedavg["rotated after"] > 0.8 and lg["rotated after"] > 0.7
+
+
+def test_feddar_rate_quick(tmp_path):
+    """FedDAR Appendix A at reduced size (3 seeds, m = 10, 80 rounds): geometric descent."""
+    import feddar_rate
+
+    body = quick("feddar_rate", tmp_path)
+    (row,) = body["table"]
+    assert row["m"] == 10 and row["seeds"] == 3 and row["all contract"]
+    # linear, not sublinear: a C/t^p descent over T >= 8 rounds has a second-half/first-half
+    # log-rate ratio ln 2 / ln(T/2) <= 0.5 (0.26 at the ~30 rounds here); geometric gives 1
+    assert row["second/first min"] > feddar_rate.LINEAR_RATIO, row
+    assert row["min R2"] > 0.99, row  # a log-linear fit explains the descent
+    assert row["floor (median)"] < 1e-3  # noise std 1e-3: the descent ends near the noise
+
+
+def test_feddar_rate_descent_tells_linear_from_sublinear():
+    """The check's statistic on exact curves: a geometric descent gives a half-rate ratio of 1,
+    a 1/t one the ln 2 / ln(T/2) of the threshold's derivation (below 0.5)."""
+    import feddar_rate
+
+    t = np.arange(151, dtype=np.float64)
+    floor = 1e-4
+    geometric = np.maximum(0.4 * 0.85**t, floor)
+    d = feddar_rate.descent(geometric)
+    assert d["factor"] == pytest.approx(0.85) and d["second/first"] == pytest.approx(1.0)
+    assert d["R2"] == pytest.approx(1.0)
+    # C / t^2 down to a floor of 4e-5: 30x the floor at t = 17, the floor from t = 99 on
+    sublinear = np.maximum(0.4 / (1 + t) ** 2, 4e-5)
+    d = feddar_rate.descent(sublinear)
+    assert d["descent rounds"] == 18 and d["floor"] == pytest.approx(4e-5)
+    # endpoints would give ln(19/10) / ln(10) = 0.28; the fitted halves give about the same
+    assert 0 < d["second/first"] < feddar_rate.LINEAR_RATIO
+
+
+def test_feddar_rate_full_size_file():
+    """The full-size file (40 seeds, m = 10 and 20): its claim follows the check's rule."""
+    import feddar_rate
+
+    body = json.loads((_common.RESULTS / "feddar_rate.json").read_text())
+    assert body["size"] == "full"
+    rows = body["numbers"]["table"]
+    assert [r["m"] for r in rows] == [10, 20] and all(r["seeds"] == 40 for r in rows)
+    linear = all(
+        r["all contract"] and r["second/first min"] > feddar_rate.LINEAR_RATIO for r in rows
+    )
+    (c,) = body["claims"]
+    assert c["status"] == ("qualitative" if linear else "not reproduced")
