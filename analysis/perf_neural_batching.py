@@ -16,6 +16,16 @@ model, the FedAvg epoch of an MLP 64-64-32-10 on scikit-learn's 8x8 digits. The 
 matters: absolute numbers depend on the machine and its load (best of ``--repeats``; the
 three ways are interleaved, so load drifts hit them alike).
 
+Where the time goes (``kernel share``): one more pass of ``one-by-one`` and of ``batched`` under
+the torch profiler, summing the self time of the operators that do the step's arithmetic
+(:data:`ARITHMETIC`: convolutions and their backward, pooling, matrix products, the
+activations, the loss and the SGD update) against every operator's self time. Batching removes
+per-call costs (Python, dispatch, autograd bookkeeping), not arithmetic: each client has its
+own weights, so a cohort does each client's products at the same shapes. If one-by-one spends
+a share ``s`` of its time in arithmetic, removing every other cost gives at most
+``1 / s`` times its speed (``ceiling``), unless the batched kernels themselves do a client's
+arithmetic faster than the one-client kernels (``batched kernels / one-by-one kernels`` < 1).
+
     python analysis/perf_neural_batching.py [--quick] [--cohort 10] [--threads 1]
 """
 
@@ -92,7 +102,43 @@ def torch_loop(net, params, data, clients, phases, sgd, seed):
                     opt.step()
 
 
-def measure(task, cohort: int, phases_of, repeats: int, sgd: SGD = DEFAULT_SGD) -> dict[str, float]:
+#: The torch operators that do a training step's arithmetic (their self time is the floor that
+#: batching cannot remove); everything else is per-call cost (views, allocation, dispatch,
+#: autograd bookkeeping, gathers of the minibatch, copies).
+ARITHMETIC = frozenset(
+    {
+        *("aten::mkldnn_convolution", "aten::convolution_backward"),
+        *("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward"),
+        *("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+        *("aten::relu", "aten::clamp_min", "aten::clamp", "aten::threshold_backward"),
+        *("aten::_log_softmax", "aten::_log_softmax_backward_data"),
+        *("aten::nll_loss_forward", "aten::nll_loss_backward"),
+        *("aten::add", "aten::add_", "aten::sub_", "aten::mul", "aten::mul_", "aten::sum"),
+    }
+)
+
+
+def kernel_seconds(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(arithmetic operators' self seconds, every operator's self seconds) of ``fn()``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events) / 1e6
+    arithmetic = sum(e.self_cpu_time_total for e in events if e.key in ARITHMETIC) / 1e6
+    return arithmetic, total
+
+
+def measure(
+    task,
+    cohort: int,
+    phases_of,
+    repeats: int,
+    sgd: SGD = DEFAULT_SGD,
+    kernels: bool = False,
+) -> dict[str, float]:
+    """Client-epochs per second of each way (and, with ``kernels``, the profile's shares)."""
     import torch
 
     streams = Streams(0)
@@ -128,7 +174,14 @@ def measure(task, cohort: int, phases_of, repeats: int, sgd: SGD = DEFAULT_SGD) 
             times[name].append(time.perf_counter() - t)
     best = {name: cohort * epochs / min(ts) for name, ts in times.items()}
     samples = float(np.mean([data.train_parts[c].size for c in clients]))
-    return {**best, "samples/client": samples}
+    out = {**best, "samples/client": samples}
+    if kernels:
+        one, one_total = kernel_seconds(one_by_one)
+        many, _ = kernel_seconds(batched)
+        out["kernel share"] = one / one_total
+        out["ceiling"] = one_total / one
+        out["batched kernels / one-by-one kernels"] = many / one
+    return out
 
 
 #: The cases of the benchmark suite's rows (``analysis/perf/neural_suite.py``).
@@ -172,11 +225,12 @@ def cases(quick: bool) -> dict[str, tuple[ImageClassification, object, SGD]]:
 def run_cases(
     quick: bool, cohort: int, repeats: int, only: tuple[str, ...] | None = None
 ) -> list[tuple[str, dict[str, float]]]:
-    """``(label, client-epochs/s of each way)`` for every case (or those in ``only``)."""
+    """``(label, client-epochs/s of each way and the kernel shares)`` for every case (or
+    those in ``only``)."""
     out = []
     for label, (task, phases_of, sgd) in cases(quick).items():
         if only is None or label in only:
-            out.append((label, measure(task, cohort, phases_of, repeats, sgd)))
+            out.append((label, measure(task, cohort, phases_of, repeats, sgd, kernels=True)))
     return out
 
 
@@ -201,6 +255,9 @@ def main() -> None:
                 "torch loop": r["torch loop"],
                 "batched / one-by-one": r["batched"] / r["one-by-one"],
                 "batched / torch loop": r["batched"] / r["torch loop"],
+                "kernel share (one-by-one)": r["kernel share"],
+                "ceiling": r["ceiling"],
+                "batched kernels / one-by-one": r["batched kernels / one-by-one kernels"],
             }
         )
     pd.set_option("display.width", 200)

@@ -165,9 +165,16 @@ def test_perf_neural_batching_measures_the_same_work():
     from simfl.neural import MLP, Digits, ImageClassification, Phase, Shards
 
     task = ImageClassification(Digits(), Shards(2), MLP((64, 32)))
-    r = perf_neural_batching.measure(task, 3, lambda net: (Phase(net.layer_names, 1),), 1)
-    assert set(r) == {"batched", "one-by-one", "torch loop", "samples/client"}
+    r = perf_neural_batching.measure(
+        task, 3, lambda net: (Phase(net.layer_names, 1),), 1, kernels=True
+    )
+    shares = {"kernel share", "ceiling", "batched kernels / one-by-one kernels"}
+    assert set(r) == {"batched", "one-by-one", "torch loop", "samples/client", *shares}
     assert all(math.isfinite(v) and v > 0 for v in r.values())
+    # the profile finds the step's arithmetic under these operator names (a torch that renamed
+    # them would give a share of 0), and the ceiling is its inverse
+    assert 0 < r["kernel share"] < 1
+    assert r["ceiling"] == pytest.approx(1 / r["kernel share"])
     data = task.build(100, Streams(0))  # the clients measure() trains
     assert r["samples/client"] == pytest.approx(
         np.mean([data.train_parts[c].size for c in range(3)])
