@@ -151,3 +151,82 @@ def test_a_sweep_gives_the_inline_frames_whatever_its_workers_threads(restore_th
 def test_bad_thread_counts_are_refused_naming_the_field(threads):
     with pytest.raises(ValueError, match=r"ImageClassification\.threads"):
         ImageClassification(threads=threads)
+
+
+class Recording(Inline):
+    """Inline, recording whether the sweep asked for fresh workers."""
+
+    asked: ClassVar[list[bool]] = []
+
+    def fresh(self) -> Inline:  # type: ignore[override]
+        self.asked.append(True)
+        return self
+
+
+@pytest.mark.parametrize(("threads", "fresh"), [(1, False), (2, True)])
+def test_a_sweep_asks_for_fresh_workers_only_for_tasks_that_cannot_fork(threads, fresh):
+    Recording.asked.clear()
+    task = replace(LENET, threads=threads)
+    assert task.fork_safe is (threads == 1)
+    sweep([lenet_scenario(task)], executor=Recording(), progress=False)
+    assert Recording.asked == ([True] if fresh else [])  # torch is loaded in this process
+
+
+def test_fresh_processes_start_by_forkserver_and_the_others_are_fresh_already():
+    pool = Processes(2, threads=1, restarts=1)
+    fresh = pool.fresh()
+    assert (fresh.start_method, fresh.workers, fresh.threads, fresh.restarts) == (
+        "forkserver",
+        2,
+        1,
+        1,
+    )
+    assert pool.start_method == "fork" and "fresh" in fresh.describe()
+    inline = Inline()
+    assert inline.fresh() is inline
+    with pytest.raises(ValueError, match=r"Processes\.start_method"):
+        Processes(2, start_method="spawn")
+
+
+SCRIPT = """
+import sys
+import torch
+sys.path.insert(0, {tests!r})
+from dataclasses import replace
+import pandas as pd
+from simfl import run, sweep
+from simfl.sweeps.executors import Processes
+from test_neural_threads import LENET, lenet_scenario
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)  # this process runs torch on 2 OpenMP threads before the fork
+    x, w = torch.randn(64, 3, 32, 32), torch.randn(16, 3, 5, 5)
+    for _ in range(3):
+        torch.nn.functional.conv2d(x, w).sum()
+    scenarios = [lenet_scenario(replace(LENET, threads=2), seed=s) for s in (0, 1)]
+    with Processes(2, threads=1) as pool:
+        out = sweep(scenarios, executor=pool, progress=False)
+    assert not out.failed and len(out.ran) == 2, out
+    for run_id, sc in zip(out.run_ids, scenarios):
+        here = run(sc, progress=False)
+        there = out.store.results(run_id)
+        pd.testing.assert_frame_equal(here.rounds, there.rounds, check_exact=True)
+        pd.testing.assert_frame_equal(here.clients, there.clients, check_exact=True)
+    print("same frames")
+"""
+
+
+def test_a_sweep_of_two_thread_runs_after_this_process_ran_torch_does_not_hang(tmp_path):
+    """Forked workers would hang here (GNU OpenMP after fork); fresh ones run and give the
+    frames of runs in this process. In a subprocess, so that a hang fails the test."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "sweep_two_threads.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=150
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same frames" in done.stdout

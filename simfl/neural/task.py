@@ -146,6 +146,11 @@ class ImageClassification(Task):
         check_device("ImageClassification.device", self.device)
         check_int("ImageClassification.threads", self.threads, low=1)
 
+    @property
+    def fork_safe(self) -> bool:
+        """One CPU thread: a forked sweep worker can run it (see :attr:`Task.fork_safe`)."""
+        return self.threads == 1 and self.device == "cpu"
+
     def session(self) -> AbstractContextManager[None]:
         """Set torch's threads to :attr:`threads` for the run (restored when it ends)."""
         return torch_threads(self.threads)

@@ -36,10 +36,20 @@ they are its task's (:attr:`simfl.neural.ImageClassification.threads`, default 1
 run and restored after it, because the count changes how oneDNN's convolutions round (about
 1e-8 after a few LeNet-5 steps, 1 thread against 2); so a scenario gives the same bits under
 every executor, and ``threads`` here sizes only what runs outside that (numpy's BLAS, a
-task's own code). Known problem (not fixed here): :class:`Processes` forks its workers, and a
-worker that runs torch with more than one thread hangs in its first parallel torch operation
-if the sweep's process had already run torch with several OpenMP threads (GNU OpenMP is not
-fork-safe); neural tasks of 1 thread (the default) avoid it.
+task's own code).
+
+Fresh workers: :class:`Processes` forks its workers (fast: they inherit the loaded modules
+and data). A worker that runs torch with more than one thread would hang in its first
+parallel operation if the sweep's process had already run torch with several OpenMP threads
+(GNU OpenMP is not fork-safe), and CUDA cannot be used in a worker forked after the parent
+used it. So when a sweep holds a task that is not :attr:`~simfl.tasks.Task.fork_safe` (a
+neural task with ``threads > 1`` or on a GPU) and torch is loaded in the sweep's process, it
+asks its executor for fresh workers (:meth:`Executor.fresh`): :class:`Processes` then starts
+them with the ``forkserver`` method (they import simfl and torch themselves; scenarios travel
+pickled with cloudpickle, so classes defined in ``__main__`` or a notebook still work, but a
+script that calls the sweep at its top level, without ``if __name__ == "__main__":``, is run
+again by each worker and fails, as with any non-fork start method). :class:`Dask` and
+:class:`Inline` are unchanged: Dask's local workers are started fresh, Inline runs here.
 
 Executors are context managers; :func:`simfl.sweep` closes the ones it makes, not yours.
 """
@@ -52,6 +62,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import multiprocessing
 import os
 import signal
 import sys
@@ -153,6 +164,14 @@ class Executor(ABC):
         """A short description for summaries, e.g. ``"processes (4 workers)"``."""
         return self.name
 
+    def fresh(self) -> Executor:
+        """Return this executor with workers that inherit nothing from this process.
+
+        For runs that cannot go in a forked process (see the module's "Fresh workers"). The
+        default returns ``self``: its workers are fresh already, or it runs here.
+        """
+        return self
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release workers and connections (idempotent)."""
 
@@ -233,21 +252,39 @@ class Processes(Executor):
     threads
         Compute threads of each worker (torch, OpenMP, MKL, OpenBLAS; >= 1; default: its share
         of the cores, ``max(1, cores // workers)``); see :func:`limit_threads`.
+    start_method
+        How workers start: ``"fork"`` (default: they inherit this process's modules and
+        data) or ``"forkserver"`` (fresh: see :meth:`fresh`).
     """
 
     name = "processes"
 
     def __init__(
-        self, workers: int | None = None, *, restarts: int = 2, threads: int | None = None
+        self,
+        workers: int | None = None,
+        *,
+        restarts: int = 2,
+        threads: int | None = None,
+        start_method: str = "fork",
     ) -> None:
         n = (os.cpu_count() or 1) if workers is None else workers
         self.workers = check_int("Processes.workers", n, low=1)
         self.restarts = check_int("Processes.restarts", restarts, low=0)
         self.threads = _check_threads("Processes", threads) or _share(self.workers)
+        self.start_method = check_choice(
+            "Processes.start_method", start_method, ("fork", "forkserver")
+        )
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
-        return f"processes ({self.workers} workers)"
+        fresh = ", fresh" if self.start_method == "forkserver" else ""
+        return f"processes ({self.workers} workers{fresh})"
+
+    def fresh(self) -> Processes:
+        """The same pool with workers started by the ``forkserver`` method (see the module)."""
+        return Processes(
+            self.workers, restarts=self.restarts, threads=self.threads, start_method="forkserver"
+        )
 
     def map_unordered(
         self, fn: Callable[[T], R], items: Sequence[T], *, keys: Sequence[str] | None = None
@@ -285,6 +322,7 @@ class Processes(Executor):
         while pending:
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
+                mp_context=multiprocessing.get_context(self.start_method),
                 initializer=_start_worker,
                 initargs=(os.getpid(), board, self.threads),
             )

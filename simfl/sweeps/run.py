@@ -21,6 +21,7 @@ bit-identical frames.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -188,7 +189,10 @@ def sweep(
         Address of a running Dask scheduler (``tcp://host:8786``).
     threads
         Compute threads (torch, OpenMP, MKL, OpenBLAS) of each worker process (default: its
-        share of the cores; see :func:`~simfl.sweeps.executors.limit_threads`).
+        share of the cores; see :func:`~simfl.sweeps.executors.limit_threads`). A neural run's
+        own torch threads are its task's (``ImageClassification.threads``). When a task is not
+        :attr:`~simfl.tasks.Task.fork_safe` (several threads, or a GPU) and torch is loaded
+        here, the executor's workers are started fresh (:meth:`~simfl.sweeps.Executor.fresh`).
     retry_failed
         Run again the runs stored as ``failed`` (default: keep them and skip them).
     progress
@@ -216,6 +220,10 @@ def sweep(
     if not isinstance(retry_failed, bool):
         raise ValueError(f"sweep retry_failed must be True or False, got {retry_failed!r}")
     runner = make_executor(executor, workers=workers, scheduler=scheduler, threads=threads)
+    if "torch" in sys.modules and not all(
+        c.scenario.task is None or c.scenario.task.fork_safe for c in items
+    ):
+        runner = runner.fresh()  # a forked worker would hang (OpenMP) or fail (CUDA)
     disk = (
         store if isinstance(store, Store) else None if store is None else Store(store, create=True)
     )

@@ -38,3 +38,13 @@ class Task(ABC):
         and not to the process that runs it. The default changes nothing.
         """
         return nullcontext()
+
+    @property
+    def fork_safe(self) -> bool:
+        """Whether a forked worker can run this task after its parent used the libraries.
+
+        Default: yes. A neural task with several CPU threads or on a GPU cannot: GNU OpenMP's
+        threads and CUDA do not survive a fork, so such a worker hangs or fails; sweeps then
+        start their workers fresh (:meth:`simfl.sweeps.Executor.fresh`).
+        """
+        return True
