@@ -22,9 +22,11 @@ the torch profiler, summing the self time of the operators that do the step's ar
 activations, the loss and the SGD update) against every operator's self time. Batching removes
 per-call costs (Python, dispatch, autograd bookkeeping), not arithmetic: each client has its
 own weights, so a cohort does each client's products at the same shapes. If one-by-one spends
-a share ``s`` of its time in arithmetic, removing every other cost gives at most
-``1 / s`` times its speed (``ceiling``), unless the batched kernels themselves do a client's
-arithmetic faster than the one-client kernels (``batched kernels / one-by-one kernels`` < 1).
+a share ``s`` of its time in arithmetic, removing every other cost gives ``1 / s`` times its
+speed (``ceiling``) if the kernels cost the same per client; a speed-up ``g`` needs the
+kernels to do a client's arithmetic ``g s`` times faster. ``batched kernels / one-by-one``
+is the profiled arithmetic time of the two ways (a rough figure: profiled passes vary by tens
+of percent on a shared machine).
 
     python analysis/perf_neural_batching.py [--quick] [--cohort 10] [--threads 1]
 """

@@ -102,8 +102,23 @@ def test_w2_row_against_the_fastest_recorded_peer(tmp_path, monkeypatch, simfl_s
     monkeypatch.setattr(neural_suite, "PEERS", tmp_path)
     monkeypatch.setattr(neural_suite, "RUNS", tmp_path / "ours.jsonl")
     monkeypatch.setattr(neural_suite, "SEEDS", tmp_path / "none.jsonl")
+    monkeypatch.setattr(neural_suite, "SIDE", tmp_path / "no-side.jsonl")
     (row,) = neural_suite.w2_rows()
     assert row["baseline"] == pytest.approx(0.74)  # pfl's median, the fastest peer
     assert row["ratio"] == pytest.approx(round(0.74 / simfl_s, 2))
     assert row["passed"] is passed
     assert "pfl" in row["note"] and "not re-measured" in row["note"]
+    # side-by-side rows, when there are some, replace both sides of the time ratio; the
+    # accuracy spread still takes in the recorded peers
+    side = [
+        {"peer": "pfl", "host_wall_s_per_round": 0.9, "final_test_acc": 0.6524},
+        {"peer": "simfl", "host_wall_s_per_round": 1.8, "final_test_acc": acc},
+        {"peer": "pfl", "host_wall_s_per_round": 1.0, "final_test_acc": 0.6524},
+        {"peer": "simfl", "host_wall_s_per_round": 2.2, "final_test_acc": acc},
+    ]
+    write_rows(tmp_path / "side.jsonl", side)
+    monkeypatch.setattr(neural_suite, "SIDE", tmp_path / "side.jsonl")
+    (row,) = neural_suite.w2_rows()
+    assert (row["simfl"], row["baseline"], row["ratio"]) == (2.0, 0.95, round(0.95 / 2.0, 2))
+    assert row["passed"] is False and "side by side" in row["note"]
+    assert "not re-measured" not in row["note"]
