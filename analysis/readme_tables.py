@@ -132,7 +132,7 @@ def performance_table(suite: Path = SUITE) -> str:
                     _number(r.get("simfl", "")),
                     _number(r.get("baseline", "")),
                     r.get("unit", ""),
-                    f"**{_number(r.get('ratio', ''))}**",
+                    f"**{_number(r['ratio'])}**" if r.get("ratio", "") != "" else "",
                     r.get("goal", ""),
                     met,
                     r.get("note", ""),
