@@ -106,28 +106,24 @@ def w2_rows() -> list[dict[str, Any]]:
         ours, peers = side_ours, side_peers
         how = (
             f"measured side by side by the peers' bench.py ({len(ours)} interleaved runs each); "
-            f"recorded: {_medians(recorded)}"
+            f"recorded: {_shown(recorded)}"
         )
     else:
         ours = [r for r in _rows(RUNS) if r.get("peer") == "simfl"]
         peers = recorded
-        how = f"recorded {_medians(recorded)}, not re-measured side by side: peers not installed"
+        how = f"recorded {_shown(recorded)}, not re-measured side by side: peers not installed"
     seeds = _rows(SEEDS) or ours  # without seed runs: the harness's runs (sim-seed 0)
     if not ours or not peers:
         return [{"target": "13.4 W2 vs fastest peer", "passed": False, "note": "no rows"}]
     spread = recorded + peers
     mine = statistics.median(r["host_wall_s_per_round"] for r in ours)
+    medians = _medians(peers)
+    fastest = min(medians, key=lambda p: medians[p])
     cpu = [r["host_cpu_s_per_round"] for r in ours if "host_cpu_s_per_round" in r]
     cpu_note = ""
     if cpu:
-        fast = min(
-            statistics.median(r["host_wall_s_per_round"] for r in peers if r["peer"] == p)
-            for p in {r["peer"] for r in peers}
-        )
         c = statistics.median(cpu)
-        cpu_note = f"; CPU s per round {c:.3f} ({fast / c:.2f}x on CPU time)"
-    medians = _medians(peers)
-    fastest = min(medians, key=lambda p: medians[p])
+        cpu_note = f"; CPU s per round {c:.3f} ({medians[fastest] / c:.2f}x on CPU time)"
     accs = [r["final_test_acc"] for r in spread]
     lo, hi = min(accs), max(accs)
     mean_acc = statistics.mean(r["final_test_acc"] for r in seeds) if seeds else float("nan")
@@ -154,9 +150,14 @@ def w2_rows() -> list[dict[str, Any]]:
 def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Median host seconds per round of each peer in ``rows``."""
     return {
-        p: round(statistics.median(r["host_wall_s_per_round"] for r in rows if r["peer"] == p), 4)
+        p: statistics.median(r["host_wall_s_per_round"] for r in rows if r["peer"] == p)
         for p in sorted({r["peer"] for r in rows})
     }
+
+
+def _shown(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """:func:`_medians` rounded for a note."""
+    return {p: round(v, 4) for p, v in _medians(rows).items()}
 
 
 def batching_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
