@@ -72,8 +72,15 @@ class Topology:
         What a device's transfers would take with the network to themselves (used to plan and
         to rank devices by speed; shared links can make them slower).
         """
-        down = np.array([self.down[p].min() for p in self.paths])
-        up = np.array([self.up[p].min() for p in self.paths])
+        sizes = np.array([p.size for p in self.paths], dtype=np.int64)
+        if not sizes.all():  # pragma: no cover - every device is at least one link away
+            down = np.array([self.down[p].min() for p in self.paths])
+            up = np.array([self.up[p].min() for p in self.paths])
+            return self.path_latency, down, up
+        links = np.concatenate(self.paths)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        down = np.minimum.reduceat(self.down[links], starts)
+        up = np.minimum.reduceat(self.up[links], starts)
         return self.path_latency, down, up
 
 
@@ -192,9 +199,28 @@ class Network:
                 )
 
     def build(self, down: Array, up: Array, latency: Array) -> Topology:
-        """Bind to a fleet's access-link columns (bytes/s and seconds, one entry per device)."""
+        """Bind to a fleet's access-link columns (bytes/s and seconds, one entry per device).
+
+        A star or a hierarchy is a tree whose links and paths are known in advance: it is
+        built in NumPy over the whole fleet (:func:`_tree`; 3 ms for 10,000 devices where
+        binding its graph took 0.4 s), giving the same :class:`Topology`, link numbers and
+        bits included, as binding its graph (:meth:`graph_of`, then the deterministic
+        Dijkstra walk every :meth:`from_graph` network takes). A fleet column out of range
+        still takes the graph's way, for its error naming the link.
+        """
+        self.check(down.size)
+        if self.kind != "graph" and _valid_access(down, up, latency):
+            return _tree(self, down, up, latency)
+        return _bind(self.graph_of(down, up, latency), down.size)
+
+    def graph_of(self, down: Array, up: Array, latency: Array) -> nx.Graph[Any]:
+        """The network as a networkx graph bound to the fleet's access-link columns.
+
+        Nodes: the devices ``0..n-1``, ``"server"`` and the inner nodes (``"hub"`` of a
+        star; ``"cloud-link"`` and ``("edge", e)`` of a hierarchy); edges carry ``down``,
+        ``up`` (bytes/s) and ``latency`` (s).
+        """
         n = down.size
-        self.check(n)
         graph: nx.Graph[Any] = nx.Graph()
         if self.kind == "graph":
             graph = self.graph.copy()
@@ -236,7 +262,76 @@ class Network:
                 graph.add_edge(
                     parents[i], i, down=float(down[i]), up=float(up[i]), latency=float(latency[i])
                 )
-        return _bind(graph, n)
+        return graph
+
+
+def _valid_access(down: Array, up: Array, latency: Array) -> bool:
+    """Whether every access link passes :func:`_bind`'s checks.
+
+    Positive bandwidths (``inf`` allowed) and finite non-negative latencies.
+    """
+    finite = np.isfinite(latency) & (latency >= 0)
+    return bool((down > 0).all() and (up > 0).all() and finite.all())
+
+
+def _tree(net: Network, down: Array, up: Array, latency: Array) -> Topology:
+    """:func:`_bind` of a star's or a hierarchy's graph, in NumPy over the fleet.
+
+    :func:`_bind` numbers links as it first meets them walking each device's path to the
+    server, devices in order: device ``i``'s access link, then its edge's link if no earlier
+    device has it, then the cloud's link (met at device 0). So device ``i``'s access link is
+    number ``i`` plus the edges first met before it plus one (the cloud's link) for ``i > 0``.
+    A path's latency is summed from the server down, starting from 0, as there.
+    """
+    n = down.size
+    idx = np.arange(n, dtype=np.int64)
+    if net.kind == "star":
+        access = idx + (idx > 0)
+        n_links = n + 1
+        inner = [1]  # the hub's link to the server
+        inner_values = [(net.server_down, net.server_up, net.server_latency)]
+        paths_2d = np.stack([np.ones(n, dtype=np.int64), access], axis=1)
+        path_latency = (0.0 + net.server_latency) + latency
+        edge_of: tuple[Any, ...] = ("hub",) * n
+        counts = np.ones(n_links, dtype=np.int64)
+        counts[1] = n
+    else:
+        assert net.groups is not None
+        groups = net.groups
+        edges, first, inverse, sizes = np.unique(
+            groups, return_index=True, return_inverse=True, return_counts=True
+        )
+        new = np.zeros(n, dtype=np.int64)
+        new[first] = 1  # device i meets its edge's link first
+        before = np.cumsum(new) - new  # edges first met by devices before i
+        access = idx + before + (idx > 0)
+        edge_link = access[first] + 1  # per edge (sorted), the number it gets when first met
+        n_links = n + edges.size + 1
+        inner = [2, *edge_link.tolist()]  # the cloud's link, then each edge's
+        inner_values = [(net.server_down, net.server_up, net.server_latency)] + [
+            (net.edge_down, net.edge_up, net.edge_latency)
+        ] * edges.size
+        paths_2d = np.stack([np.full(n, 2, dtype=np.int64), edge_link[inverse], access], axis=1)
+        path_latency = ((0.0 + net.server_latency) + net.edge_latency) + latency
+        edge_of = tuple(("edge", g) for g in groups.tolist())
+        counts = np.ones(n_links, dtype=np.int64)
+        counts[2] = n
+        counts[edge_link] = sizes
+    columns = []
+    for f, fleet_column in enumerate((down, up, latency)):
+        column = np.empty(n_links)
+        column[access] = fleet_column
+        column[inner] = [v[f] for v in inner_values]
+        columns.append(column)
+    return Topology(
+        columns[0],
+        columns[1],
+        columns[2],
+        tuple(paths_2d),
+        np.asarray(path_latency, dtype=np.float64),
+        edge_of,
+        counts > 1,
+    )
 
 
 def _bind(graph: nx.Graph[Any], n: int) -> Topology:
