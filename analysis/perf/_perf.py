@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import resource
@@ -28,6 +29,18 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5, help="repeats; medians are reported")
     p.add_argument("--out", default=str(RESULTS), help="directory for the JSON/CSV figures")
     return p
+
+
+def shown(value: float, digits: int, *, at_least: bool) -> float:
+    """``value`` to ``digits`` decimals, rounded toward missing its goal.
+
+    A row's ratio is judged unrounded; shown this way it never contradicts the verdict: a
+    goal ``ratio >= g`` (``at_least``) is shown rounded down, ``ratio <= g`` rounded up, so a
+    ratio of 0.996 against ">= 1" reads 0.99 beside "missed", not 1.0 (goals ``g`` with at
+    most ``digits`` decimals). Float fuzz in ``value * 10**digits`` is removed first.
+    """
+    scaled = round(value * 10**digits, 9)
+    return (math.floor(scaled) if at_least else math.ceil(scaled)) / 10**digits
 
 
 def cpu_model() -> str:

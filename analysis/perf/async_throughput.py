@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import budget_row, fresh_runs, parser, peak_rss_mb, report
+from _perf import budget_row, fresh_runs, parser, peak_rss_mb, report, shown
 
 FLEET, CONCURRENCY, BUFFER = 10_000, 100, 10
 
@@ -127,7 +127,7 @@ def throughput(quick: bool, repeats: int) -> list[dict[str, Any]]:
                 "simfl": med["simfl"],
                 "baseline": med["bare"],
                 "unit": "jobs/s",
-                "ratio": round(ratio, 2),
+                "ratio": shown(ratio, 2, at_least=True),
                 "goal": "simfl/bare >= 2",
                 "passed": ratio >= 2,
                 "note": f"simfl's SimPy reference loop (batched=False): {med['reference']} jobs/s "
@@ -182,7 +182,7 @@ def training(quick: bool, repeats: int) -> list[dict[str, Any]]:
             "simfl": round(us[f"fedbuff-{worst}"], 1),
             "baseline": round(us[f"fastestk-{worst}"], 1),
             "unit": "host us per applied update",
-            "ratio": round(ratios[worst], 2),
+            "ratio": shown(ratios[worst], 2, at_least=False),
             "goal": "FedBuff/FastestK <= 1.5 at both sizes",
             "passed": all(r <= 1.5 for r in ratios.values()),
             "note": "same fleet, task and algorithm; evaluation off. "

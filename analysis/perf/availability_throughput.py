@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import parser, report
+from _perf import parser, report, shown
 from engine_throughput import COHORT, FLEET, bare_simpy
 
 #: Mean on and off periods (seconds) of the devices: online 10/11 of the time; a job of 1 s
@@ -102,7 +102,7 @@ def measure(
                 "simfl": med[mode],
                 "baseline": med["bare"],
                 "unit": "device-jobs/s",
-                "ratio": round(ratio, 2),
+                "ratio": shown(ratio, 2, at_least=True),
                 "goal": "simfl/bare >= 1",
                 "passed": ratio >= 1,
                 "note": f"live reference (one process per job): {med[f'live {mode}']} "

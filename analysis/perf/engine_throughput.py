@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import parser, report
+from _perf import parser, report, shown
 
 FLEET, COHORT = 10_000, 100
 
@@ -95,7 +95,7 @@ def measure(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
             "simfl": med["simfl"],
             "baseline": med["bare"],
             "unit": "device-jobs/s",
-            "ratio": round(ratio, 2),
+            "ratio": shown(ratio, 2, at_least=True),
             "goal": "simfl/bare >= 2",
             "passed": ratio >= 2,
             "note": f"simfl with one process per job: {med['processes']} jobs/s "

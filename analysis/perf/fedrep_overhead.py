@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import parser, report
+from _perf import parser, report, shown
 
 D, K, M, STEP, NOISE, TEST = 20, 2, 10, 0.25, 1e-3, 100
 
@@ -109,7 +109,7 @@ def measure(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
             "simfl": round(med["simfl"], 4),
             "baseline": round(med["plain"], 4),
             "unit": "s total",
-            "ratio": round(statistics.median(ratios), 3),
+            "ratio": shown(statistics.median(ratios), 3, at_least=False),
             "goal": "simfl/plain <= 1.5",
             "passed": statistics.median(ratios) <= 1.5,
             "note": f"final distance simfl {final['simfl']:.2e}, plain {final['plain']:.2e}",

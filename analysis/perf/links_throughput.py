@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import parser, report
+from _perf import parser, report, shown
 
 SIZE = 100_000  # bytes each way
 EDGES = 10
@@ -151,7 +151,7 @@ def _row(
         "simfl": round(cohort / statistics.median(simfl_s)),
         "baseline": round(cohort / statistics.median(bare_s)),
         "unit": "device-jobs/s",
-        "ratio": round(ratio, 3),
+        "ratio": shown(ratio, 3, at_least=True),
         "goal": f"simfl/bare >= {goal}",
         "passed": ratio >= goal,
         "note": note,

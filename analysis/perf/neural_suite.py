@@ -47,6 +47,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "analysis"))
+sys.path.insert(0, str(HERE))
+from _perf import shown  # noqa: E402
+
 PEERS = Path(os.environ.get("SIMFL_PEERS", ROOT.parent / "shared" / "peers"))
 RUNS = HERE / "results" / "w2_runs.jsonl"
 SEEDS = HERE / "results" / "w2_seeds.jsonl"
@@ -137,7 +140,7 @@ def w2_rows() -> list[dict[str, Any]]:
             "simfl": round(mine, 4),
             "baseline": round(medians[fastest], 4),
             "unit": "host s per round",
-            "ratio": round(ratio, 2),
+            "ratio": shown(ratio, 2, at_least=True),
             "goal": f">= {W2_TARGET:g}x the fastest peer; mean acc in the peers' spread",
             "passed": ratio >= W2_TARGET and lo <= mean_acc <= hi,
             "note": f"fastest peer {fastest} ({how}); simfl median of {len(ours)} at load "
@@ -178,7 +181,7 @@ def batching_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
                 "simfl": round(r["batched"], 2),
                 "baseline": round(r["one-by-one"], 2),
                 "unit": "client-epochs per s",
-                "ratio": round(ratio, 2),
+                "ratio": shown(ratio, 2, at_least=True),
                 "goal": f">= {BATCH_TARGET:g}x",
                 "passed": ratio >= BATCH_TARGET,
                 "note": f"torch loop {r['torch loop']:.2f} client-epochs/s; one-by-one "
@@ -252,7 +255,7 @@ def threads_rows(quick: bool) -> list[dict[str, Any]]:
             "simfl": round(two, 3),
             "baseline": round(best_one, 3),
             "unit": "wall s per run of the sweep (2 workers vs 1)",
-            "ratio": round(ratio, 2),
+            "ratio": shown(ratio, 2, at_least=False),
             "goal": f"<= {THREADS_TARGET:g}",
             "passed": ratio <= THREADS_TARGET,
             "note": f"runs of {share} thread(s) on 2 workers against the faster 1-worker "

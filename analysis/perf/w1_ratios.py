@@ -30,6 +30,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _perf import shown  # noqa: E402
+
 DEFAULT = HERE / "results" / "w1_runs.jsonl"
 PEERS = HERE.parents[1].parent / "shared" / "peers"
 TARGETS = {"flgo": 20.0, "flower": 100.0}
@@ -108,7 +111,7 @@ def rows_for_suite(rows: list[dict]) -> list[dict]:
                     "simfl": round(ours, 5),
                     "baseline": round(theirs, 5),
                     "unit": "host s per round",
-                    "ratio": round(ratio, 1),
+                    "ratio": shown(ratio, 1, at_least=True),
                     "goal": f">= {target:g}x, |acc delta| <= {MAX_DELTA_POINTS:g} point",
                     "passed": ratio >= target and delta <= MAX_DELTA_POINTS,
                     "note": f"accuracy simfl {acc:.4f} vs {their_acc:.4f}",
