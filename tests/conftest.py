@@ -8,9 +8,7 @@ import pytest
 @pytest.fixture
 def torch_one_thread() -> Iterator[None]:
     """Run the test with one torch thread (restored afterwards): small nets, exact repeats."""
-    import torch
+    from simfl.neural.task import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield

@@ -147,9 +147,9 @@ def training(quick: bool, repeats: int) -> list[dict[str, Any]]:
     alg = algorithms.FedRep(local_steps=5, step_size=0.1)
     updates = 400 if quick else 30_000  # applied updates per run, at every size
     sizes = (BUFFER, BUFFER * 10)
+    common = {"task": task, "algorithm": alg, "fleet": fleet, "eval_every": 10**9}
     scenarios = {}
     for b in sizes:
-        common = {"task": task, "algorithm": alg, "fleet": fleet, "eval_every": 10**9}
         scenarios[f"fedbuff-{b}"] = Scenario(
             policy=policies.FedBuff(buffer_size=b, concurrency=CONCURRENCY),
             rounds=updates // b,

@@ -48,7 +48,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "analysis"))
 sys.path.insert(0, str(HERE))
-from _perf import shown  # noqa: E402
+from _perf import parser, report, shown  # noqa: E402
 
 PEERS = Path(os.environ.get("SIMFL_PEERS", ROOT.parent / "shared" / "peers"))
 RUNS = HERE / "results" / "w2_runs.jsonl"
@@ -319,7 +319,6 @@ def measure(quick: bool, repeats: int, run: bool = False) -> list[dict[str, Any]
 
 
 def main() -> None:
-    from _perf import parser, report
 
     p = parser(__doc__)
     p.add_argument("--run-w2", action="store_true", help="run W2 now (bench.py, 5 seeds)")

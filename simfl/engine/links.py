@@ -462,12 +462,9 @@ def _fleet_paths(
     Empty where some path is empty or crosses two private finite resources (a graph
     topology): such paths are worked out one device at a time.
     """
-    paths = topology.paths
-    sizes = np.array([p.size for p in paths], dtype=np.int64)
-    if sizes.size == 0 or not sizes.all():
+    links, starts = topology.flat_paths
+    if starts.size < 2 or not (np.diff(starts) > 0).all():
         return {}
-    links = np.concatenate(paths)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
     heads, where = starts[:-1], np.arange(links.size)
     out: dict[str, _FleetPaths] = {}
     for up, direction in enumerate(("down", "up")):
@@ -493,10 +490,8 @@ def _fleet_paths(
 
 def _nested(topology: Topology, contended: NDArray[np.bool_]) -> bool:
     """Whether some path crosses more than two contended resources in one direction."""
-    paths = topology.paths
-    links = np.concatenate(paths)
-    starts = np.cumsum([0] + [p.size for p in paths[:-1]])
+    links, starts = topology.flat_paths
     return any(
-        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts) > 2).any())
+        bool((np.add.reduceat(contended[2 * links + d].astype(np.int64), starts[:-1]) > 2).any())
         for d in (0, 1)
     )

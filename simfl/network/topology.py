@@ -25,6 +25,7 @@ The server-side direction of every link is the direction toward the server along
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -72,16 +73,22 @@ class Topology:
         What a device's transfers would take with the network to themselves (used to plan and
         to rank devices by speed; shared links can make them slower).
         """
-        sizes = np.array([p.size for p in self.paths], dtype=np.int64)
-        if not sizes.all():  # pragma: no cover - every device is at least one link away
-            down = np.array([self.down[p].min() for p in self.paths])
-            up = np.array([self.up[p].min() for p in self.paths])
-            return self.path_latency, down, up
-        links = np.concatenate(self.paths)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        down = np.minimum.reduceat(self.down[links], starts)
-        up = np.minimum.reduceat(self.up[links], starts)
+        links, starts = self.flat_paths
+        down = np.minimum.reduceat(self.down[links], starts[:-1])
+        up = np.minimum.reduceat(self.up[links], starts[:-1])
         return self.path_latency, down, up
+
+    @functools.cached_property
+    def flat_paths(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Every path end to end, and where each device's begins (worked out once).
+
+        Device ``i``'s path is ``links[starts[i]:starts[i + 1]]``; every path has a link at
+        least (a device is not the server), so per-device reductions over paths can use
+        ``reduceat`` at ``starts[:-1]``.
+        """
+        sizes = np.array([p.size for p in self.paths], dtype=np.int64)
+        links = np.concatenate(self.paths) if self.paths else np.zeros(0, dtype=np.int64)
+        return links, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
