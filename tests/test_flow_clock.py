@@ -1,13 +1,10 @@
-"""The flow round's clock and the fleet's routes: the same results for less work.
+"""The flow round's wake-ups and the fleet's routes: the same results for less work.
 
-The clock's one cancellable alarm, and a round's wake-ups all useful; every device's path and
-route worked out for the whole fleet at once, equal to the ones worked out per device.
-
-``Clock.alarm`` holds the network's next completion outside the heap: replacing it drops the
-old one at no cost (an outdated SimPy timeout would fire and be ignored by its token). It must
-be ordered exactly as a timeout scheduled at the same moment, so a round's frames stay
-identical to the live job processes' (``tests/test_flow_round.py`` checks that over random
-scenarios; here on a contended star whose rates change at almost every flow event).
+A flow round keeps the network's next completion as one alarm that each change replaces, so
+every wake-up finishes flows (the live job processes leave outdated SimPy timeouts behind,
+ignored by their token), and its frames stay identical to the live processes' (here on a
+contended star whose rates change at almost every flow event). Every device's path and route
+is worked out for the whole fleet at once, equal to the ones worked out per device.
 """
 
 from __future__ import annotations
@@ -21,45 +18,9 @@ import pytest
 import simpy
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine.flowround import Clock
+from simfl.engine import flowround
 from simfl.engine.links import FlowNetwork
 from simfl.network import Network
-
-
-def test_a_replaced_alarm_never_fires_and_the_new_one_does() -> None:
-    clock = Clock(10.0)
-    calls: list[str] = []
-    clock.alarm(5.0, lambda: calls.append("old"))
-    clock.alarm(2.0, lambda: calls.append("new"))
-    assert clock.peek() == 12.0
-    clock.step()
-    assert calls == ["new"] and clock.now == 12.0
-    assert clock.peek() == math.inf  # the replaced alarm left nothing behind
-
-
-def test_an_infinite_alarm_cancels_the_pending_one() -> None:
-    clock = Clock(0.0)
-    calls: list[str] = []
-    clock.alarm(1.0, lambda: calls.append("alarm"))
-    clock.call_in(3.0, lambda: calls.append("timeout"))
-    clock.alarm(math.inf, lambda: calls.append("never"))
-    assert clock.peek() == 3.0
-    clock.step()
-    assert calls == ["timeout"] and clock.peek() == math.inf
-
-
-def test_the_alarm_is_ordered_like_a_timeout_scheduled_at_the_same_moment() -> None:
-    clock = Clock(0.0)
-    calls: list[str] = []
-    clock.call_in(1.0, lambda: calls.append("before"))  # scheduled first, same instant
-    clock.alarm(1.0, lambda: calls.append("alarm"))
-    clock.call_in(1.0, lambda: calls.append("after"))
-    clock.call_in(0.5, lambda: calls.append("earlier"))
-    clock.call_now(lambda: calls.append("urgent"))
-    while clock.peek() < math.inf:
-        clock.step()
-    assert calls == ["urgent", "earlier", "before", "alarm", "after"]
-    assert clock.now == 1.0
 
 
 def _contended_star(n: int = 40, rounds: int = 3) -> Scenario:
@@ -83,25 +44,33 @@ def _contended_star(n: int = 40, rounds: int = 3) -> Scenario:
 
 
 def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every wake-up of the network on the round's clock is current; frames stay identical."""
-    wakes: list[bool] = []  # whether each wake-up was the current one
+    """Every wake-up of the network in a flow round finishes flows; frames stay identical."""
+    live_wakes: list[bool] = []  # whether each live wake-up was the current one
     wake = FlowNetwork._wake
 
     def counted(self: FlowNetwork, token: int) -> None:
-        wakes.append(token == self._token)
+        live_wakes.append(token == self._token)
         wake(self, token)
 
+    round_wakes: list[int] = []  # flows finished by each wake-up of a flow round
+    round_wake = flowround._Round._wake
+
+    def finishing(self: flowround._Round, now: float) -> None:
+        before = len(self.heap)
+        round_wake(self, now)
+        round_wakes.append(len(self.heap) - before)  # one ``done`` entry per flow finished
+
     monkeypatch.setattr(FlowNetwork, "_wake", counted)
+    monkeypatch.setattr(flowround._Round, "_wake", finishing)
     fast = run(_contended_star(), progress=False, on_error="raise")
-    on_clock = list(wakes)
-    wakes.clear()
+    assert not live_wakes  # the flow round does not go through the network's own wake-ups
     live = run(_contended_star(), progress=False, on_error="raise", batched=False)
     # the live job processes leave outdated SimPy timeouts behind (ignored by their token)
-    assert not all(wakes)
-    # on the clock none is left: every wake-up finishes flows (3 rounds x 20 jobs x 2 flows)
-    assert on_clock and all(on_clock)
-    assert len(on_clock) <= 3 * 20 * 2
-    assert len(on_clock) == sum(wakes)
+    assert not all(live_wakes)
+    # the flow round leaves none: every wake-up finishes flows (3 rounds x 20 jobs x 2 flows)
+    assert round_wakes and min(round_wakes) >= 1
+    assert sum(round_wakes) == 3 * 20 * 2
+    assert len(round_wakes) == sum(live_wakes)
     pd.testing.assert_frame_equal(fast.rounds, live.rounds, check_exact=True)
     pd.testing.assert_frame_equal(fast.clients, live.clients, check_exact=True)
 

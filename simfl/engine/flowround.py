@@ -1,50 +1,66 @@
-"""Synchronous rounds on shared links without SimPy job processes (issue 13, target 2).
+"""Synchronous rounds on shared links played without job processes or event objects (issue 13).
 
-A flat synchronous round on a :class:`~simfl.engine.links.FlowNetwork`, its devices always
-online, is played out by a small discrete-event loop in plain Python (:class:`Clock`): a heap of
-``(time, priority, id)`` events with callbacks, the same order SimPy keeps (urgent before
-normal at one instant, then first scheduled first). Each job is a chain of callbacks
-(:class:`_Job`) that makes exactly the calls, schedules exactly the events and writes exactly
-the records that :meth:`~simfl.engine.live.DeviceRuntime.process` makes, schedules and writes
-(the job's start, latency and compute timeouts, its flows' completions, the race with its
-failure clock), and the round's closing is the server's wait on "round done" or the deadline.
-The network's own wake-ups are scheduled on the same clock while the round plays (its
-:attr:`~simfl.engine.links.Links.env` points at it; its next completion is the clock's one
-cancellable :meth:`Clock.alarm`, ordered as the live path's timeout would be, so an outdated
-one costs nothing), so every flow starts, stops and finishes
-in the order, at the instants and with the arithmetic of the live path: the frames are
-identical, not just close (``tests/test_flow_round.py``).
+A flat synchronous round on a :class:`~simfl.engine.links.FlowNetwork` whose devices are
+always online is played by :func:`play_flow_round` in one loop over a heap of plain tuples,
+``(time, order, kind, job, ...)``: no SimPy process, no event object, no callback per job. A
+job is a row of lists (busy seconds, stage, the segment in progress); its timed stages (the
+path's latency, the compute) are one heap entry each, its transfers are members of the
+network's own :class:`~simfl.network.sharing.SharedLink` objects (the same links, routes and
+nesting :class:`~simfl.engine.links.FlowNetwork` uses), and the network's next completion is
+one *alarm* beside the heap.
 
-The server then sleeps on the SimPy clock until the round closes; jobs still transferring
-then keep their flows in :attr:`~simfl.engine.live.DeviceRuntime.live`, stopped by
-``finalize`` as the live path stops them. A run ending (``max_time``) while the round is in
-flight leaves the round as the live path leaves it at that instant: events at or after
-``max_time`` are not played.
+The loop makes the calls of the live job processes (:meth:`DeviceRuntime.process
+<simfl.engine.live.DeviceRuntime.process>`), with the same arithmetic, in the same order:
+
+* a timed stage ends at ``began + used``, ``used`` being the stage's seconds or, if the device
+  fails first, ``began + (fail_after - busy) - began``; a transfer races the failure clock the
+  same way, and on a failure its flow is taken off its link at that instant;
+* a flow starts on its shared link at the instant its latency ends (``SharedLink.add``), and
+  on every completion all busy links are advanced, finished and settled as
+  :meth:`FlowNetwork._wake <simfl.engine.links.FlowNetwork._wake>` does;
+* entries at one instant are taken in the order the live clock would take them: each carries
+  the id its event would get there (``order``: one per timeout, ``done`` event, ``any_of``
+  firing, alarm), so a flow's job goes on at its ``done`` event, or one step later (its
+  race's ``any_of``) if a failure clock runs beside it;
+* the round is done at the ``quota``-th arrival or when every job has resolved; the server
+  wakes at that event, or one step after it or after the deadline (its ``any_of``): entries
+  due before then are still played.
+  Transfers still in progress are then taken off their links at that instant, job by job, as
+  ``DeviceRuntime.finalize`` takes them off when the server closes the round (or at
+  ``max_time``, when the run ends first: entries at or after it are not played).
+
+So the frames equal the live processes' (``tests/test_flow_round.py`` compares them exactly
+over random stars and hierarchies, ties included, and with the reference links to a relative
+``1e-9``). What the loop leaves out is the machinery: one heap entry per timed stage instead
+of a process, a timeout and its callbacks; an event's one waiter called directly.
 """
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
-from collections.abc import Callable
-from itertools import count
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan
-from simfl.engine.links import Flow, FlowNetwork
+from simfl.engine.links import FlowNetwork
+from simfl.network.sharing import Member, SharedLink
 from simfl.outcome import ARRIVED, DROPPED
 
 if TYPE_CHECKING:
     from simfl.engine.live import DeviceRuntime
 
-__all__ = ["Clock", "Event", "applies", "play_flow_round"]
+__all__ = ["applies", "play_flow_round"]
 
-_URGENT, _NORMAL = 0, 1
-Callback = Callable[["Event"], None]
+# what a heap entry is: a timed stage ending (its stage is the kind); a flow's ``done`` event;
+# a transfer's failure clock running out; a raced transfer's ``any_of`` firing; a paused
+# transfer resuming; the round's "done" event; the round's deadline
+_LATENCY_DOWN, _COMPUTE, _LATENCY_UP, _DONE, _TIMEOUT, _EITHER, _RESUME, _ROUND_DONE, _DEADLINE = (
+    range(9)
+)
+_NAN = math.nan
 
 
 class RoundRecord(Protocol):
@@ -60,281 +76,347 @@ class RoundRecord(Protocol):
     closed: bool
 
 
-class Event:
-    """A pending happening on a :class:`Clock` (the part of ``simpy.Event`` the round uses)."""
+class _Transfer(Member):
+    """A job's flow on a shared link (what :class:`~simfl.engine.links.Flow` keeps, no event)."""
 
-    __slots__ = ("callbacks", "clock", "triggered")
+    __slots__ = (
+        "delivered",
+        "done",
+        "fired",
+        "job",
+        "race",
+        "remaining",
+        "resources",
+        "segment",
+        "stage",
+    )
 
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        #: called in order when the event is processed; ``None`` once it has been
-        self.callbacks: list[Callback] | None = []
-        self.triggered = False
-
-    def succeed(self) -> None:
-        """Trigger the event now (processed after the events already due now)."""
-        self.triggered = True
-        self.clock.schedule(self, _NORMAL, 0.0)
-
-
-class Clock:
-    """A discrete-event clock with SimPy's ordering (see the module docstring)."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self._queue: list[tuple[float, int, int, Event | Callable[[], None]]] = []
-        self._eid = count()
-        #: the one cancellable wake-up (:meth:`alarm`), kept out of the heap
-        self._alarm: tuple[float, int, int, Callable[[], None]] | None = None
-
-    def schedule(self, event: Event, priority: int, delay: float) -> None:
-        """Process ``event`` ``delay`` seconds from now."""
-        heapq.heappush(self._queue, (self.now + delay, priority, next(self._eid), event))
-
-    def call_in(self, delay: float, callback: Callable[[], None]) -> None:
-        """Call ``callback`` ``delay`` seconds from now (a timeout only one job waits for)."""
-        heapq.heappush(self._queue, (self.now + delay, _NORMAL, next(self._eid), callback))
-
-    def call_now(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` now, before any normal event (a process starting)."""
-        heapq.heappush(self._queue, (self.now, _URGENT, next(self._eid), callback))
-
-    def alarm(self, delay: float, callback: Callable[[], None]) -> None:
-        """Call ``callback`` ``delay`` seconds from now instead of the pending alarm, if any.
-
-        The clock holds one alarm (the network's next completion, ``delay = inf``: none). It
-        is ordered like a timeout scheduled now, and the one it replaces is dropped at no
-        cost, where an outdated timeout would stay in the heap until its time.
-        """
-        if math.isinf(delay):
-            self._alarm = None
-        else:
-            self._alarm = (self.now + delay, _NORMAL, next(self._eid), callback)
-
-    def event(self) -> Event:
-        """A new untriggered event."""
-        return Event(self)
-
-    def timeout(self, delay: float) -> Event:
-        """An event processed ``delay`` seconds from now."""
-        event = Event(self)
-        event.triggered = True
-        self.schedule(event, _NORMAL, delay)
-        return event
-
-    def any_of(self, first: Event, second: Event) -> Event:
-        """An event triggered (and processed later) when the first of two is processed."""
-        either = Event(self)
-
-        def check(_: Event) -> None:
-            if not either.triggered:
-                either.succeed()
-
-        for event in (first, second):
-            assert event.callbacks is not None
-            event.callbacks.append(check)
-        return either
-
-    def peek(self) -> float:
-        """When the next event is processed (``inf``: none left)."""
-        t = self._queue[0][0] if self._queue else math.inf
-        alarm = self._alarm
-        return t if alarm is None or alarm[0] > t else alarm[0]
-
-    def step(self) -> None:
-        """Process the next event (the alarm if it comes first)."""
-        queue, alarm = self._queue, self._alarm
-        if alarm is not None and (not queue or alarm < queue[0]):
-            self._alarm = None
-            self.now = alarm[0]
-            alarm[3]()
-            return
-        t, _, _, event = heapq.heappop(queue)
-        self.now = t
-        if not isinstance(event, Event):
-            event()
-            return
-        callbacks, event.callbacks = event.callbacks, None
-        assert callbacks is not None
-        for callback in callbacks:
-            callback(event)
-
-
-class _Job:
-    """One job as callbacks: what ``DeviceRuntime.process`` does, devices always online."""
-
-    __slots__ = ("busy", "device", "fail_after", "j", "round")
-
-    def __init__(self, rnd: _Round, j: int) -> None:
-        self.round = rnd
-        self.j = j
-        self.device = rnd.devices[j]
-        self.busy = 0.0  # busy seconds used so far
-        self.fail_after = rnd.fail_after[j]
-
-    # ------------------------------------------------------------- the job
-    def start(self) -> None:
-        self._timed(0, self.round.latency[self.device])
-
-    def _stage_done(self, ok: bool) -> None:
-        rnd, j = self.round, self.j
-        if not ok:
-            rnd.active[j] = math.nan
-            rnd.resolve(j, arrived=False)
-            return
-        s = rnd.progress[j] = rnd.progress[j] + 1
-        rnd.active[j] = rnd.clock.now
-        if s == 1:
-            self._timed(1, rnd.compute[j])
-        elif s == 2:
-            self._timed(2, rnd.latency[self.device])
-        else:
-            rnd.active[j] = math.nan
-            rnd.resolve(j, arrived=True)
-
-    # ------------------------------------------------------------- timed stages
-    def _timed(self, s: int, seconds: float) -> None:
-        """Busy ``seconds`` in stage ``s`` (a latency or the compute) unless the job fails."""
-        rnd, j = self.round, self.j
-        clock = rnd.clock
-        began = clock.now
-        rnd.active[j] = began
-        stop = began + (self.fail_after - self.busy)
-        done = began + seconds <= stop
-        used = seconds if done else stop - began
-
-        def over() -> None:
-            self.busy += used
-            rnd.spent[j][s] += used
-            rnd.active[j] = clock.now
-            if s == 1:
-                self._stage_done(done)
-            else:
-                self._latency_done(s, done)
-
-        clock.call_in(used, over)
-
-    # ------------------------------------------------------------- transfers
-    def _latency_done(self, s: int, ok: bool) -> None:
-        """The path's latency is over (``ok``): the flow starts (``DeviceRuntime._transfer``)."""
-        rnd, j = self.round, self.j
-        if not ok:
-            rnd.moved[j][s // 2] = 0.0
-            self._stage_done(False)
-            return
-        size = rnd.size_down[j] if s == 0 else rnd.size_up[j]
-        flow = rnd.net.start(self.device, "down" if s == 0 else "up", size)
-        rnd.live[(rnd.plan_id, j)] = flow
-        self._wait(s, flow)
-
-    def _wait(self, s: int, flow: Flow) -> None:
-        """The transfer loop of ``DeviceRuntime._transfer`` from its guard."""
-        rnd, j = self.round, self.j
-        clock = rnd.clock
-        done = cast(Event, flow.done)  # created on the clock while the round plays
-        if done.triggered:
-            del rnd.live[(rnd.plan_id, j)]
-            self._stage_done(True)
-            return
-        began = clock.now
-        rnd.active[j] = began
-        fail_at = began + (self.fail_after - self.busy)
-
-        def resumed(_: Event) -> None:
-            now = clock.now
-            self.busy += now - began
-            rnd.spent[j][s] += now - began
-            rnd.active[j] = now
-            if done.triggered:
-                del rnd.live[(rnd.plan_id, j)]
-                self._stage_done(True)
-                return
-            rnd.net.stop(flow)
-            if now >= fail_at or rnd.offline == "abort":
-                del rnd.live[(rnd.plan_id, j)]
-                rnd.moved[j][s // 2] = flow.delivered
-                self._stage_done(False)
-                return
-            rnd.active[j] = math.nan  # _wait_online(now): a zero timeout, then resumed
-            clock.call_in(0.0, lambda: self._resume(s, flow))
-
-        # the race with the failure clock: ``flow.done | env.timeout(...)`` in the live path
-        race = math.isfinite(fail_at)
-        wake = clock.any_of(done, clock.timeout(fail_at - began)) if race else done
-        assert wake.callbacks is not None
-        wake.callbacks.append(resumed)
-
-    def _resume(self, s: int, flow: Flow) -> None:
-        self.round.active[self.j] = self.round.clock.now
-        self.round.net.resume(flow)
-        self._wait(s, flow)
+    def __init__(self, size: float, cap: float, job: int, stage: int, resources: list[int]):
+        super().__init__(size, cap)
+        self.remaining = self.size
+        self.delivered = 0.0
+        self.job = job
+        self.stage = stage
+        self.resources = resources
+        self.done = False  # all its bytes have arrived
+        self.race = False  # a failure clock runs beside the segment in progress
+        self.fired = False  # the segment's race has been decided (its ``any_of`` fired)
+        self.segment = 0  # segments waited so far (a paused flow waits again)
 
 
 class _Round:
-    """The round's state while its events play (what ``RoundState`` keeps, on the clock).
-
-    The plan's records are kept in lists while the round plays and written back by
-    :meth:`flush`.
-    """
+    """One round's jobs, the network's links and the loop that plays them."""
 
     def __init__(self, rnd: RoundRecord, net: FlowNetwork, devices: DeviceRuntime) -> None:
         self.rnd = rnd
         plan = self.plan = rnd.plan
-        self.plan_id = id(plan)
         self.net = net
-        self.live = devices.live
-        self.offline = devices.offline
+        self.abort = devices.offline == "abort"
         assert devices.path_latency is not None
-        self.latency: list[float] = devices.path_latency.tolist()
-        self.devices: list[int] = plan.devices.tolist()
+        self.device: list[int] = plan.devices.tolist()
+        self.latency: list[float] = devices.path_latency[plan.devices].tolist()
         self.fail_after: list[float] = plan.fail_after.tolist()
         self.compute: list[float] = plan.compute.tolist()
-        self.size_down: list[float] = plan.size_down.tolist()
-        self.size_up: list[float] = plan.size_up.tolist()
+        self.sizes: tuple[list[float], list[float]] = (
+            plan.size_down.tolist(),
+            plan.size_up.tolist(),
+        )
         self.spent: list[list[float]] = plan.spent.tolist()
         self.active: list[float] = plan.active_since.tolist()
         self.progress: list[int] = plan.progress.tolist()
         self.moved: list[list[float]] = plan.moved.tolist()
-        self.clock = Clock(float(rnd.env.now))
-        self.done = self.clock.event()
-        self.closed_at: float | None = None  # when the server woke up to close the round
+        n = plan.size
+        self.busy = [0.0] * n  # busy seconds used so far
+        self.began = [0.0] * n  # when the transfer segment in progress began
+        self.fail_at = [math.inf] * n  # when that segment's failure clock runs out
+        self.flows: list[_Transfer | None] = [None] * n  # each job's transfer in progress
+        self.heap: list[tuple[Any, ...]] = []
+        self.order = 0  # the order of the next entry (the live clock's event ids)
+        self.alarm: tuple[float, int] | None = None  # the network's next completion
+        self.wake_at = net._wake_at
+        self.links = net._all
+        self.deadline = False  # whether the server also waits for a deadline
+        self.decided = False  # whether the server's wait has fired (``any_of``, deadline)
+        self.closes: tuple[float, int] | None = None  # (instant, order) the server wakes at
+        self.routes: dict[tuple[int, int], tuple[SharedLink | None, float, list[int]]] = {}
 
-    def flush(self) -> None:
-        """Write the records kept in lists back into the plan."""
+    # ------------------------------------------------------------------ the network
+    def _route(self, device: int, up: int) -> tuple[SharedLink | None, float, list[int]]:
+        """``device``'s shared link (``None``: immediate), its cap and its resources."""
+        key = (device, up)
+        known = self.routes.get(key)
+        if known is None:
+            net = self.net
+            start = (device, "up" if up else "down", False)
+            path = net._starts.get(start)
+            if path is None:
+                path = net._starts[start] = net._path(*start)
+            resources, (contended, cap, _) = path
+            if contended == -2:  # pragma: no cover - stars and hierarchies nest at most once
+                raise AssertionError("a flow round on a network its links cannot share")
+            link = None
+            if contended >= 0:
+                link = net._link(contended)
+            elif not math.isinf(cap):
+                link = net._free
+            known = self.routes[key] = (link, cap, resources.tolist())
+        return known
+
+    def _reschedule(self, now: float) -> None:
+        """``FlowNetwork._reschedule`` with the clock's alarm: the next completion."""
+        t = min([link.next_at for link in self.links])
+        if t == self.wake_at:
+            return
+        self.wake_at = t
+        if math.isinf(t):
+            self.alarm = None
+        else:
+            self.alarm = (now + max(t - now, 0.0), self.order)
+            self.order += 1
+
+    def _carry(self, m: _Transfer, left: float) -> None:
+        """``FlowNetwork._settle``: book the bytes ``m`` moved since it was last touched."""
+        moved = m.remaining - left
+        m.delivered += moved
+        carried = self.net.carried
+        for r in m.resources:
+            carried[r] += moved
+        m.remaining = left
+
+    def _admit(self, m: _Transfer, link: SharedLink | None, now: float) -> bool:
+        """``FlowNetwork.resume``: whether ``m`` is done at once, else it joins ``link``."""
+        if link is None or m.done_by(m.remaining):
+            self._carry(m, 0.0)
+            m.done = True
+            self.order += 1  # its ``done`` event, which nothing waits for yet
+            return True
+        link.add(m, m.remaining, now)
+        self._reschedule(now)
+        return False
+
+    def _wake(self, now: float) -> None:
+        """``FlowNetwork._wake``: the flows done now leave their links, their events fire."""
+        self.wake_at = math.inf
+        busy = [link for link in self.links if link.n_level or link.capped]
+        finished: list[Member] = []
+        for link in busy:
+            finished += link.finished(now)
+        if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
+            first = min(busy, key=lambda link: link.next_at)
+            finished.append(first.pop_first(now))
+        for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
+            top.settle(now)
+        finished.sort(key=lambda f: f.seq)
+        for m in finished:
+            assert isinstance(m, _Transfer)
+            self._carry(m, 0.0)
+            m.done = True
+            self._push(now, _DONE, m.job, m)
+        self._reschedule(now)
+
+    # ------------------------------------------------------------------ the jobs
+    def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
+        heapq.heappush(self.heap, (t, self.order, kind, j, a, b))
+        self.order += 1
+
+    def _timed(self, j: int, s: int, seconds: float, now: float) -> None:
+        """Busy ``seconds`` in stage ``s`` unless the device fails first (``_timed``)."""
+        self.active[j] = now
+        stop = now + (self.fail_after[j] - self.busy[j])
+        done = now + seconds <= stop
+        used = seconds if done else stop - now
+        self._push(now + used, s, j, used, done)
+
+    def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
+        self.busy[j] += used
+        self.spent[j][s] += used
+        self.active[j] = now
+        if s == 1:
+            self._stage_done(j, done, now)
+        elif not done:  # the device failed during the path's latency
+            self.moved[j][s // 2] = 0.0
+            self._stage_done(j, False, now)
+        else:
+            up = s // 2
+            link, cap, resources = self._route(self.device[j], up)
+            m = _Transfer(self.sizes[up][j], cap, j, s, resources)
+            if self._admit(m, link, now):
+                self._stage_done(j, True, now)
+            else:
+                self.flows[j] = m
+                self._wait(m, now)
+
+    def _wait(self, m: _Transfer, now: float) -> None:
+        """A segment of the transfer: until it is done or the failure clock runs out."""
+        j = m.job
+        self.began[j] = now
+        self.active[j] = now
+        fail_at = self.fail_at[j] = now + (self.fail_after[j] - self.busy[j])
+        m.segment += 1
+        m.fired = False
+        m.race = not math.isinf(fail_at)
+        if m.race:
+            self._push(now + (fail_at - now), _TIMEOUT, j, m, m.segment)
+
+    def _fire(self, m: _Transfer, now: float) -> None:
+        """The first of a raced segment's two events fires its ``any_of`` (one step later)."""
+        if not m.fired:
+            m.fired = True
+            self._push(now, _EITHER, m.job, m)
+
+    def _resumed(self, m: _Transfer, now: float) -> None:
+        """The job wakes from a transfer segment: it is done, or the device failed."""
+        j = m.job
+        took = now - self.began[j]
+        self.busy[j] += took
+        self.spent[j][m.stage] += took
+        self.active[j] = now
+        if m.done:
+            self.flows[j] = None
+            self._stage_done(j, True, now)
+            return
+        assert m.link is not None
+        self._carry(m, m.link.remove(m, now))
+        self._reschedule(now)
+        if now >= self.fail_at[j] or self.abort:
+            self.flows[j] = None
+            self.moved[j][m.stage // 2] = m.delivered
+            self._stage_done(j, False, now)
+        else:  # a hair short of the failure (rounding): paused, and resumed at once
+            self.active[j] = _NAN
+            self._push(now + 0.0, _RESUME, j, m)
+
+    def _resume(self, m: _Transfer, now: float) -> None:
+        j = m.job
+        self.active[j] = now
+        link = self._route(self.device[j], m.stage // 2)[0]
+        if self._admit(m, link, now):
+            self.flows[j] = None
+            self._stage_done(j, True, now)
+        else:
+            self._wait(m, now)
+
+    def _stage_done(self, j: int, ok: bool, now: float) -> None:
+        if not ok:
+            self.active[j] = _NAN
+            self._resolve(j, False, now)
+            return
+        s = self.progress[j] = self.progress[j] + 1
+        self.active[j] = now
+        if s == 1:
+            self._timed(j, 1, self.compute[j], now)
+        elif s == 2:
+            self._timed(j, 2, self.latency[j], now)
+        else:
+            self.active[j] = _NAN
+            self._resolve(j, True, now)
+
+    def _resolve(self, j: int, arrived: bool, now: float) -> None:
+        """``RoundState.arrive``/``drop``; the round is done once enough jobs have."""
+        rnd = self.rnd
+        if rnd.closed:
+            return
+        rnd.status[j] = ARRIVED if arrived else DROPPED
+        rnd.t_end[j] = now
+        rnd.n_arrived += arrived
+        rnd.n_resolved += 1
+        if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.plan.size:
+            rnd.closed = True
+            self._push(now, _ROUND_DONE, -1)  # the "round done" event
+
+    def _server(self, now: float) -> None:
+        """The server's wait fires (round done, or the deadline): it wakes one step later."""
+        if not self.decided:
+            self.decided = True
+            self.closes = (now, self.order)
+            self.order += 1
+
+    # ------------------------------------------------------------------ the loop
+    def play(self, t0: float, deadline: float | None, budget: float) -> tuple[float, bool]:
+        """Play the round from ``t0``; see :func:`play_flow_round`."""
+        n = self.plan.size
+        # the live round starts every job (event ids 0..n-1), then the deadline's timeout
+        # (n); each job's start schedules the end of its first latency
+        self.order = n
+        if deadline is not None:
+            self.deadline = True
+            self._push(t0 + deadline, _DEADLINE, -1)
+        for j in range(n):
+            self._timed(j, 0, self.latency[j], t0)
+        heap = self.heap
+        pop = heapq.heappop
+        while True:
+            alarm = self.alarm
+            if heap and (alarm is None or heap[0][:2] < alarm):
+                t, order = heap[0][0], heap[0][1]
+            elif alarm is not None:
+                t, order = alarm
+            else:  # pragma: no cover - every job of a flat round resolves
+                return math.inf, False
+            closes = self.closes
+            if closes is not None and (t, order) >= closes:
+                return closes[0], True
+            if t >= budget:
+                return t, False
+            if alarm is not None and (t, order) == alarm:
+                self.alarm = None
+                self._wake(t)
+                continue
+            _, order, kind, j, a, b = pop(heap)
+            if kind <= _LATENCY_UP:
+                self._timed_over(j, kind, a, b, t)
+            elif kind == _DONE:
+                if a.race:
+                    self._fire(a, t)
+                else:
+                    self._resumed(a, t)
+            elif kind == _TIMEOUT:
+                if b == a.segment:
+                    self._fire(a, t)
+            elif kind == _EITHER:
+                self._resumed(a, t)
+            elif kind == _RESUME:
+                self._resume(a, t)
+            elif kind == _ROUND_DONE and not self.deadline:
+                return t, True  # the server waits on the round alone: it wakes now
+            else:  # the deadline, or the round done: the server's ``any_of`` fires
+                self._server(t)
+
+    def finish(self, t: float) -> None:
+        """Take the transfers still in progress off their links at ``t``; write the records.
+
+        ``DeviceRuntime.finalize`` does this job by job when the server closes the round (or
+        the run ends): each flow's bytes so far are its ``moved``.
+        """
+        for j, m in enumerate(self.flows):
+            if m is None:
+                continue
+            if m.link is not None:
+                self._carry(m, m.link.remove(m, t))
+                self._reschedule(t)
+            self.moved[j][self.progress[j] // 2] = m.delivered
+        self.net._wake_at = self.wake_at
+        self.net._token += 1  # a wake-up pending from before the round is out of date
         plan = self.plan
         plan.spent[:] = self.spent
         plan.active_since[:] = self.active
         plan.progress[:] = self.progress
         plan.moved[:] = self.moved
 
-    def resolve(self, j: int, *, arrived: bool) -> None:
-        """``RoundState.arrive``/``drop``, the "round done" event on the clock."""
-        rnd = self.rnd
-        if rnd.closed:
-            return
-        rnd.status[j] = ARRIVED if arrived else DROPPED
-        rnd.t_end[j] = self.clock.now
-        rnd.n_arrived += arrived
-        rnd.n_resolved += 1
-        if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.plan.size:
-            rnd.closed = True
-            self.done.succeed()
-
-    def wake_server(self, _: Event) -> None:
-        self.closed_at = self.clock.now
-
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
-    """Whether flat rounds on ``network`` (of ``Network.kind`` ``kind``) play on a clock.
+    """Whether flat rounds on ``network`` (of ``Network.kind`` ``kind``) play in one loop.
 
     The fast links on a star or a hierarchy (every flow fits one shared link, nested at
-    most once: the links never hand over to the reference algorithm), every link with some
-    capacity (every flow finishes), devices always online.
+    most once: the links never hand over to the reference algorithm; every device's path
+    worked out for the fleet), every link with some capacity (every flow finishes), devices
+    always online.
     """
     return (
         kind in ("star", "hierarchical")
         and isinstance(network, FlowNetwork)
         and network.reference is None
+        and bool(network._fleet)
         and bool((network.capacity > 0).all())
         and devices.cursor is None
         and devices.path_latency is not None
@@ -348,39 +430,15 @@ def play_flow_round(
     deadline: float | None,
     max_time: float | None,
 ) -> tuple[float, bool]:
-    """Play the round's events on a :class:`Clock` until the server would close it.
+    """Play the round's jobs until the server would close it.
 
     Returns ``(t, closes)``: the instant the server wakes to close the round (``closes``), or
-    else the first instant left unplayed because the run ends before it (``t >= max_time``)
-    or, if nothing is left to happen, the last instant played. The round's and the plan's
-    records are left as the live path leaves them then.
+    else the first instant left unplayed because the run ends before it (``t >= max_time``).
+    The round's and the plan's records are left as the live path leaves them then, its
+    transfers in progress taken off their links (at ``t``, or at ``max_time``).
     """
     state = _Round(rnd, net, devices)
-    clock = state.clock
-    jobs = [_Job(state, j) for j in range(rnd.plan.size)]
-    for job in jobs:
-        clock.call_now(job.start)
-    wait = state.done if deadline is None else clock.any_of(state.done, clock.timeout(deadline))
-    assert wait.callbacks is not None
-    wait.callbacks.append(state.wake_server)
     budget = math.inf if max_time is None else max_time
-    env = net.env
-    net.env = clock  # type: ignore[assignment]
-    net.alarm = clock.alarm
-    collect = gc.isenabled()
-    gc.disable()  # the round allocates many short-lived objects and frees them itself
-    try:
-        while state.closed_at is None:
-            t = clock.peek()
-            if math.isinf(t):
-                return clock.now, False
-            if t >= budget:
-                return t, False
-            clock.step()
-    finally:
-        if collect:
-            gc.enable()
-        net.env = env
-        net.alarm = None
-        state.flush()
-    return state.closed_at, True
+    t, closes = state.play(float(rnd.env.now), deadline, budget)
+    state.finish(t if closes else budget)
+    return t, closes
