@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -61,6 +62,7 @@ _LATENCY_DOWN, _COMPUTE, _LATENCY_UP, _DONE, _TIMEOUT, _EITHER, _RESUME, _ROUND_
     range(9)
 )
 _NAN = math.nan
+_next_at = attrgetter("next_at")
 
 
 class RoundRecord(Protocol):
@@ -86,18 +88,22 @@ class _Transfer(Member):
         "job",
         "race",
         "remaining",
-        "resources",
         "segment",
         "stage",
     )
 
-    def __init__(self, size: float, cap: float, job: int, stage: int, resources: list[int]):
-        super().__init__(size, cap)
-        self.remaining = self.size
+    def __init__(self, size: float, cap: float, job: int, stage: int):
+        # Member.__init__, inline (a flow round makes two of these per job)
+        self.size = size
+        self.cap = cap
+        self.link = None
+        self.capped = False
+        self.key = self.t0 = self.rem0 = 0.0
+        self.ver = self.seq = 0
+        self.remaining = size
         self.delivered = 0.0
         self.job = job
         self.stage = stage
-        self.resources = resources
         self.done = False  # all its bytes have arrived
         self.race = False  # a failure clock runs beside the segment in progress
         self.fired = False  # the segment's race has been decided (its ``any_of`` fired)
@@ -138,33 +144,48 @@ class _Round:
         self.deadline = False  # whether the server also waits for a deadline
         self.decided = False  # whether the server's wait has fired (``any_of``, deadline)
         self.closes: tuple[float, int] | None = None  # (instant, order) the server wakes at
-        self.routes: dict[tuple[int, int], tuple[SharedLink | None, float, list[int]]] = {}
+        self.transfers: list[_Transfer] = []  # every flow the round started
+        paths = (net._fleet["down"], net._fleet["up"])
+        #: per direction, each job's pair of contended resources and its cap (its own link)
+        self.pairs: tuple[list[int], list[int]] = (
+            paths[0].pair[plan.devices].tolist(),
+            paths[1].pair[plan.devices].tolist(),
+        )
+        self.caps: tuple[list[float], list[float]] = (
+            paths[0].caps[plan.devices].tolist(),
+            paths[1].caps[plan.devices].tolist(),
+        )
 
     # ------------------------------------------------------------------ the network
-    def _route(self, device: int, up: int) -> tuple[SharedLink | None, float, list[int]]:
-        """``device``'s shared link (``None``: immediate), its cap and its resources."""
-        key = (device, up)
-        known = self.routes.get(key)
-        if known is None:
+    def _route(self, j: int, up: int) -> tuple[SharedLink | None, float]:
+        """Job ``j``'s shared link in direction ``up`` (``None``: it finishes at once), its cap.
+
+        A device's link follows from the pair of contended resources on its path (the
+        network's ``_joins``); the first flow of a pair works it out as
+        :meth:`FlowNetwork.start <simfl.engine.links.FlowNetwork.start>` does (so an edge's
+        link is attached to the cloud's when its first flow starts, as in the live path).
+        """
+        cap = self.caps[up][j]
+        pair = self.pairs[up][j]
+        links = self.net.flow_links
+        if pair in links:
+            contended = links[pair]
+        else:
             net = self.net
-            start = (device, "up" if up else "down", False)
+            start = (self.device[j], "up" if up else "down", False)
             path = net._starts.get(start)
             if path is None:
                 path = net._starts[start] = net._path(*start)
-            resources, (contended, cap, _) = path
+            contended = links[pair] = path[1][0]
             if contended == -2:  # pragma: no cover - stars and hierarchies nest at most once
                 raise AssertionError("a flow round on a network its links cannot share")
-            link = None
-            if contended >= 0:
-                link = net._link(contended)
-            elif not math.isinf(cap):
-                link = net._free
-            known = self.routes[key] = (link, cap, resources.tolist())
-        return known
+        if contended >= 0:
+            return self.net._link(contended), cap
+        return (None if cap == math.inf else self.net._free), cap
 
     def _reschedule(self, now: float) -> None:
         """``FlowNetwork._reschedule`` with the clock's alarm: the next completion."""
-        t = min([link.next_at for link in self.links])
+        t = min(map(_next_at, self.links))
         if t == self.wake_at:
             return
         self.wake_at = t
@@ -175,12 +196,11 @@ class _Round:
             self.order += 1
 
     def _carry(self, m: _Transfer, left: float) -> None:
-        """``FlowNetwork._settle``: book the bytes ``m`` moved since it was last touched."""
-        moved = m.remaining - left
-        m.delivered += moved
-        carried = self.net.carried
-        for r in m.resources:
-            carried[r] += moved
+        """``FlowNetwork._settle``: book the bytes ``m`` moved since it was last touched.
+
+        The network's ``carried`` is booked once, when the round ends (:meth:`finish`).
+        """
+        m.delivered += m.remaining - left
         m.remaining = left
 
     def _admit(self, m: _Transfer, link: SharedLink | None, now: float) -> bool:
@@ -195,7 +215,12 @@ class _Round:
         return False
 
     def _wake(self, now: float) -> None:
-        """``FlowNetwork._wake``: the flows done now leave their links, their events fire."""
+        """``FlowNetwork._wake``: the flows done now leave their links, their events fire.
+
+        Each finished flow's ``done`` event is an entry at ``now``; when nothing else is due
+        now (no entry at ``now``, the server not about to wake), those entries would be the
+        next ones taken, in order, so they are taken at once.
+        """
         self.wake_at = math.inf
         busy = [link for link in self.links if link.n_level or link.capped]
         finished: list[Member] = []
@@ -204,15 +229,32 @@ class _Round:
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))
-        for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
-            top.settle(now)
-        finished.sort(key=lambda f: f.seq)
+        nested = False
+        for link in busy:
+            if link.parent is not None:
+                nested = True
+                break
+            link.settle(now)
+        if nested:  # a parent rebalances its children too, once
+            for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
+                top.settle(now)
+        if len(finished) > 1:
+            finished.sort(key=lambda f: f.seq)
         for m in finished:
             assert isinstance(m, _Transfer)
-            self._carry(m, 0.0)
+            m.delivered += m.remaining  # _carry(m, 0.0), inline
+            m.remaining = 0.0
             m.done = True
-            self._push(now, _DONE, m.job, m)
+        heap = self.heap
+        if self.closes is not None or (heap and heap[0][0] <= now):
+            for m in finished:
+                self._push(now, _DONE, m.job, m)  # type: ignore[attr-defined]
+            self._reschedule(now)
+            return
+        self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
+        for m in finished:
+            self._done(m, now)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -238,8 +280,9 @@ class _Round:
             self._stage_done(j, False, now)
         else:
             up = s // 2
-            link, cap, resources = self._route(self.device[j], up)
-            m = _Transfer(self.sizes[up][j], cap, j, s, resources)
+            link, cap = self._route(j, up)
+            m = _Transfer(self.sizes[up][j], cap, j, s)
+            self.transfers.append(m)
             if self._admit(m, link, now):
                 self._stage_done(j, True, now)
             else:
@@ -257,6 +300,26 @@ class _Round:
         m.race = not math.isinf(fail_at)
         if m.race:
             self._push(now + (fail_at - now), _TIMEOUT, j, m, m.segment)
+
+    def _done(self, m: _Transfer, now: float) -> None:
+        """``m``'s ``done`` event fires: its job goes on (after its race, if one runs)."""
+        if m.race:
+            self._fire(m, now)
+            return
+        # _resumed(m, now), done: the job goes on to its next stage
+        j = m.job
+        took = now - self.began[j]
+        self.busy[j] += took
+        self.spent[j][m.stage] += took
+        self.active[j] = now
+        self.flows[j] = None
+        s = self.progress[j] = self.progress[j] + 1
+        self.active[j] = now
+        if s == 1:
+            self._timed(j, 1, self.compute[j], now)
+        else:
+            self.active[j] = _NAN
+            self._resolve(j, True, now)
 
     def _fire(self, m: _Transfer, now: float) -> None:
         """The first of a raced segment's two events fires its ``any_of`` (one step later)."""
@@ -289,7 +352,7 @@ class _Round:
     def _resume(self, m: _Transfer, now: float) -> None:
         j = m.job
         self.active[j] = now
-        link = self._route(self.device[j], m.stage // 2)[0]
+        link = self._route(j, m.stage // 2)[0]
         if self._admit(m, link, now):
             self.flows[j] = None
             self._stage_done(j, True, now)
@@ -343,33 +406,89 @@ class _Round:
             self._push(t0 + deadline, _DEADLINE, -1)
         for j in range(n):
             self._timed(j, 0, self.latency[j], t0)
-        heap = self.heap
-        pop = heapq.heappop
+        # the common steps are inline (the same arithmetic as the methods they stand for)
+        heap, links = self.heap, self.links
+        pop, push = heapq.heappop, heapq.heappush
+        busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
+        fail_after, latency = self.fail_after, self.latency
+        sizes, flows, began = self.sizes, self.flows, self.began
+        pairs, caps, known = self.pairs, self.caps, self.net.flow_links
+        transfers, links_of = self.transfers, self.net._links
+        inf = math.inf
         while True:
             alarm = self.alarm
-            if heap and (alarm is None or heap[0][:2] < alarm):
-                t, order = heap[0][0], heap[0][1]
+            if heap:
+                top = heap[0]
+                t = top[0]
+                if alarm is not None and (alarm[0] < t or (alarm[0] == t and alarm[1] < top[1])):
+                    t = alarm[0]
+                else:
+                    alarm = None
             elif alarm is not None:
-                t, order = alarm
+                t = alarm[0]
             else:  # pragma: no cover - every job of a flat round resolves
-                return math.inf, False
+                return inf, False
             closes = self.closes
-            if closes is not None and (t, order) >= closes:
+            if closes is not None and (t, heap[0][1] if alarm is None else alarm[1]) >= closes:
                 return closes[0], True
             if t >= budget:
                 return t, False
-            if alarm is not None and (t, order) == alarm:
+            if alarm is not None:  # the network's next completion comes first
                 self.alarm = None
                 self._wake(t)
                 continue
-            _, order, kind, j, a, b = pop(heap)
-            if kind <= _LATENCY_UP:
+            _, _, kind, j, a, b = pop(heap)
+            if kind <= _LATENCY_UP and b:  # a timed stage over: _timed_over
+                busy[j] += a
+                spent[j][kind] += a
+                active[j] = t
+                if kind == _COMPUTE:  # _stage_done(j, True), then _timed(j, 2, latency)
+                    progress[j] = 2
+                    active[j] = t
+                    seconds = latency[j]
+                    stop = t + (fail_after[j] - busy[j])
+                    done = t + seconds <= stop
+                    used = seconds if done else stop - t
+                    push(heap, (t + used, self.order, _LATENCY_UP, j, used, done))
+                    self.order += 1
+                    continue
+                up = kind // 2
+                contended = known.get(pairs[up][j], -1)
+                link: SharedLink | None
+                if contended >= 0:  # _route(j, up), its common case inline
+                    link, cap = links_of[contended], caps[up][j]
+                else:
+                    link, cap = self._route(j, up)
+                m = _Transfer(sizes[up][j], cap, j, kind)
+                transfers.append(m)
+                if link is None or m.done_by(m.remaining):
+                    self._admit(m, link, t)
+                    self._stage_done(j, True, t)
+                    continue
+                link.add(m, m.remaining, t)
+                # _reschedule
+                at = min(map(_next_at, links))
+                if at != self.wake_at:
+                    self.wake_at = at
+                    if at == inf:
+                        self.alarm = None
+                    else:
+                        self.alarm = (t + max(at - t, 0.0), self.order)
+                        self.order += 1
+                flows[j] = m
+                # _wait
+                began[j] = t
+                active[j] = t
+                fail_at = self.fail_at[j] = t + (fail_after[j] - busy[j])
+                m.segment = 1
+                if fail_at != inf:
+                    m.race = True
+                    push(heap, (t + (fail_at - t), self.order, _TIMEOUT, j, m, 1))
+                    self.order += 1
+            elif kind <= _LATENCY_UP:
                 self._timed_over(j, kind, a, b, t)
             elif kind == _DONE:
-                if a.race:
-                    self._fire(a, t)
-                else:
-                    self._resumed(a, t)
+                self._done(a, t)
             elif kind == _TIMEOUT:
                 if b == a.segment:
                     self._fire(a, t)
@@ -397,11 +516,26 @@ class _Round:
             self.moved[j][self.progress[j] // 2] = m.delivered
         self.net._wake_at = self.wake_at
         self.net._token += 1  # a wake-up pending from before the round is out of date
+        self._book()
         plan = self.plan
         plan.spent[:] = self.spent
         plan.active_since[:] = self.active
         plan.progress[:] = self.progress
         plan.moved[:] = self.moved
+
+    def _book(self) -> None:
+        """Add the bytes every flow moved to each resource on its path (``carried``)."""
+        for up, name in enumerate(("down", "up")):
+            moved = [m for m in self.transfers if m.stage // 2 == up]
+            if not moved:
+                continue
+            paths = self.net._fleet[name]
+            devices = self.plan.devices[[m.job for m in moved]]
+            lo, hi = paths.bounds[devices], paths.bounds[devices + 1]
+            lengths = hi - lo
+            rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+            delivered = np.array([m.delivered for m in moved])
+            np.add.at(self.net.carried, paths.resources[rows], np.repeat(delivered, lengths))
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

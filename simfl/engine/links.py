@@ -238,6 +238,9 @@ class FlowNetwork(Links):
         self._fleet: dict[str, _FleetPaths] = {}
         #: what a flow over the contended resources ``(first, last)`` joins (:meth:`_nest`)
         self._joins: dict[tuple[int, int], int] = {}
+        #: a pair of contended resources (``_FleetPaths.pair``) -> the one its flows join, as
+        #: flow rounds look it up (:mod:`simfl.engine.flowround`)
+        self.flow_links: dict[int, int] = {}
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
@@ -444,6 +447,8 @@ class _FleetPaths:
 
     ``first``/``last``: its first and last contended resource (``-1``: none); ``own``: its one
     private finite resource (``-1``: none) and ``cap`` that resource's capacity (``inf``).
+    ``pair`` numbers the pair ``(first, last)`` and ``caps`` and ``bounds`` are ``cap`` and
+    ``starts`` as arrays (a flow round takes its jobs' rows at once).
     """
 
     resources: NDArray[np.int64]
@@ -452,6 +457,9 @@ class _FleetPaths:
     last: list[int]
     own: list[int]
     cap: list[float]
+    pair: NDArray[np.int64]
+    caps: NDArray[np.float64]
+    bounds: NDArray[np.int64]
 
 
 def _fleet_paths(
@@ -477,13 +485,19 @@ def _fleet_paths(
         first = np.minimum.reduceat(np.where(shared, where, links.size), heads)
         last = np.maximum.reduceat(np.where(shared, where, -1), heads)
         own = np.maximum.reduceat(np.where(private, resources, -1), heads)
+        first_r = np.where(last >= 0, resources[np.minimum(first, links.size - 1)], -1)
+        last_r = np.where(last >= 0, resources[np.maximum(last, 0)], -1)
+        cap = np.minimum.reduceat(np.where(private, caps, np.inf), heads)
         out[direction] = _FleetPaths(
             resources,
             starts.tolist(),
-            np.where(last >= 0, resources[np.minimum(first, links.size - 1)], -1).tolist(),
-            np.where(last >= 0, resources[np.maximum(last, 0)], -1).tolist(),
+            first_r.tolist(),
+            last_r.tolist(),
             own.tolist(),
-            np.minimum.reduceat(np.where(private, caps, np.inf), heads).tolist(),
+            cap.tolist(),
+            (first_r + 1) * (capacity.size + 1) + (last_r + 1),
+            cap,
+            starts,
         )
     return out
 

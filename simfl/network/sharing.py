@@ -126,23 +126,63 @@ class SharedLink:
         return t
 
     def finished(self, now: float) -> list[Member]:
-        """Members done at ``now`` (within tolerance); the link is advanced to ``now``."""
+        """Members done at ``now`` (within tolerance); the link is advanced to ``now``.
+
+        :meth:`_top`, :meth:`remaining` and :meth:`Member.done_by` inline (the same
+        arithmetic: once the link is advanced, a level member's remaining bytes are
+        ``key - clock``).
+        """
         self._advance(now)
         out: list[Member] = []
-        for heap in (self._by_key, self._by_end):
-            while (top := self._top(heap)) is not None and top.done_by(self.remaining(top, now)):
-                self._drop(top)
-                out.append(top)
+        pop = heapq.heappop
+        by_key = self._by_key
+        while by_key:
+            _, _, ver, top = by_key[0]
+            if top.ver != ver or top.link is None:
+                pop(by_key)
+                continue
+            # remaining(top, now): the link is at ``now``, so _clock_at(now) is the clock
+            if not top.key - self.clock <= _TOL * max(top.size, 1.0):
+                break
+            self._drop(top)
+            out.append(top)
+        by_end = self._by_end
+        while by_end:
+            _, _, ver, top = by_end[0]
+            if top.ver != ver or top.link is None:
+                pop(by_end)
+                continue
+            if not top.rem0 - top.cap * (now - top.t0) <= _TOL * max(top.size, 1.0):
+                break
+            self._drop(top)
+            out.append(top)
         return out
 
     # ----------------------------------------------------------------- changes
     def add(self, m: Member, remaining: float, now: float) -> None:
         """Admit ``m`` with ``remaining`` bytes at ``now``, then rebalance the level."""
-        self._advance(now)
+        if self.parent is not None or self.children:
+            self._advance(now)
+            m.link = self
+            m.seq = next(_seq)
+            self._to_level(m, remaining)
+            self.settle(now)
+            return
+        # a link on its own: _advance, _to_level and _rebalance with the same arithmetic, inline
+        level = self.level
+        if self.n_level and level != math.inf and level != -math.inf:
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
         m.link = self
-        m.seq = next(_seq)
-        self._to_level(m, remaining)
-        self.settle(now)
+        m.seq = seq = next(_seq)
+        self._bounds_at = None
+        m.ver = ver = m.ver + 1
+        m.capped = False
+        m.key = key = self.clock + remaining
+        self.n_level += 1
+        heapq.heappush(self._by_key, (key, seq, ver, m))
+        heapq.heappush(self._by_low, (m.cap, seq, ver, m))
+        self._rebalance(now)
 
     def remove(self, m: Member, now: float) -> float:
         """Take ``m`` out at ``now``; return its remaining bytes. Rebalances the level."""
@@ -365,15 +405,70 @@ class SharedLink:
         return False
 
     def _rebalance(self, now: float) -> None:
-        """Water-filling from the current classes: each member changes class at most twice."""
-        self._advance(now)
-        for _ in range(64 + 4 * len(self)):
+        """Water-filling from the current classes: each member changes class at most twice.
+
+        :meth:`_move_one` and :meth:`next_finish`, with their heap look-ups inline (the same
+        arithmetic: this runs at every flow event of a link on its own).
+        """
+        level = self.level
+        if self.n_level and level != math.inf and level != -math.inf:  # _advance, inline
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
+        by_low, by_high, pop = self._by_low, self._by_high, heapq.heappop
+        steps = 0  # at most 64 + 4 per member (moves keep the number of members)
+        while True:
+            steps += 1
+            if steps > 64 and steps > 64 + 4 * (self.n_level + len(self.capped)):
+                break
             n = self.n_level
             level = (self.capacity - self.capped_sum) / n if n else math.inf
             self.level = level
-            if not self._move_one(now, level):
+            moved = False
+            while by_low:  # the level member with the smallest cap (_top, inline)
+                _, _, ver, low = by_low[0]
+                if low.ver == ver and low.link is not None:
+                    if low.cap < level:  # below the level: capped by its own link
+                        left = low.key - self.clock
+                        self._drop_level(low)
+                        self._to_capped(low, left, now)
+                        moved = True
+                    break
+                pop(by_low)
+            if moved:
+                continue
+            while by_high:  # the capped member with the largest cap
+                _, _, ver, high = by_high[0]
+                if high.ver == ver and high.link is not None:
+                    if high.cap > level:  # above the level: rejoins it
+                        left = high.rem0 - high.cap * (now - high.t0)
+                        self._drop(high)
+                        high.link = self
+                        self._to_level(high, left)
+                        moved = True
+                    break
+                pop(by_high)
+            if not moved:
                 break
-        self.next_at = self.next_finish()
+        # next_finish, inline
+        t = math.inf
+        by_key = self._by_key
+        while by_key:
+            _, _, ver, first = by_key[0]
+            if first.ver == ver and first.link is not None:
+                if level < math.inf:
+                    t = self.since + (first.key - self.clock) / level
+                break
+            pop(by_key)
+        by_end = self._by_end
+        while by_end:
+            _, _, ver, first = by_end[0]
+            if first.ver == ver and first.link is not None:
+                end = first.t0 + first.rem0 / first.cap
+                if end < t:
+                    t = end
+                break
+            pop(by_end)
+        self.next_at = t
 
     def _drop_level(self, m: Member) -> None:
         self._bounds_at = None
