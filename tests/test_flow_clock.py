@@ -119,3 +119,34 @@ def test_fleet_routes_equal_the_routes_worked_out_per_device(network: Network) -
         other = single._links[res]
         assert [c.capacity for c in link.children] == [c.capacity for c in other.children]
         assert (link.parent is None) == (other.parent is None)
+
+
+def test_a_flow_round_books_the_bytes_each_link_carried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FlowNetwork.carried`` after flow rounds equals the live processes' (booked per round).
+
+    A flow round adds each flow's bytes to the resources on its path once, when the round ends;
+    the live path adds them flow by flow, so the sums agree to rounding (relative 1e-12), and
+    no resource carried more than its capacity allows over the run.
+    """
+    networks: list[FlowNetwork] = []
+    init = FlowNetwork.__init__
+
+    def kept(self: FlowNetwork, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        networks.append(self)
+
+    monkeypatch.setattr(FlowNetwork, "__init__", kept)
+    scenario = _contended_star()
+    fast = run(scenario, progress=False, on_error="raise")
+    run(scenario, progress=False, on_error="raise", batched=False)
+    assert len(networks) == 2
+    fast_net, live_net = networks
+    assert live_net.carried.sum() > 0
+    np.testing.assert_allclose(fast_net.carried, live_net.carried, rtol=1e-12, atol=0.0)
+    horizon = fast.meta["sim_time"]
+    assert (fast_net.carried <= fast_net.capacity * horizon * (1 + 1e-9)).all()
+    # every job arrived: each carried its bytes down and up through the server's links
+    n_jobs = len(fast.clients)
+    server_down, server_up = fast_net.resources(0, "down")[0], fast_net.resources(0, "up")[0]
+    assert fast_net.carried[server_down] == pytest.approx(5_000 * n_jobs, rel=1e-12)
+    assert fast_net.carried[server_up] == pytest.approx(5_000 * n_jobs, rel=1e-12)

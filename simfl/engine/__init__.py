@@ -91,7 +91,7 @@ def run(
         synchronous round's outcome follows from its job plan in one vectorised step, and,
         with on/off availability, from the plan and the devices' on-intervals; flat
         synchronous rounds on a star or hierarchical network (devices always online) play
-        their jobs on a plain clock, without SimPy processes (:mod:`simfl.engine.flowround`);
+        their jobs in one loop, without SimPy processes (:mod:`simfl.engine.flowround`);
         asynchronous
         runs of devices always online handle their jobs from a heap of the instants they
         resolve (:mod:`simfl.engine.async_planned`; timing-only ones as plain numbers,

@@ -47,7 +47,7 @@ from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan
 from simfl.engine.links import FlowNetwork
-from simfl.network.sharing import Member, SharedLink
+from simfl.network.sharing import _TOL, Member, SharedLink
 from simfl.outcome import ARRIVED, DROPPED
 
 if TYPE_CHECKING:
@@ -145,6 +145,8 @@ class _Round:
         self.decided = False  # whether the server's wait has fired (``any_of``, deadline)
         self.closes: tuple[float, int] | None = None  # (instant, order) the server wakes at
         self.transfers: list[_Transfer] = []  # every flow the round started
+        self.status: list[int] = rnd.status.tolist()  # the round's records, written back
+        self.t_end: list[float] = rnd.t_end.tolist()
         paths = (net._fleet["down"], net._fleet["up"])
         #: per direction, each job's pair of contended resources and its cap (its own link)
         self.pairs: tuple[list[int], list[int]] = (
@@ -379,8 +381,8 @@ class _Round:
         rnd = self.rnd
         if rnd.closed:
             return
-        rnd.status[j] = ARRIVED if arrived else DROPPED
-        rnd.t_end[j] = now
+        self.status[j] = ARRIVED if arrived else DROPPED
+        self.t_end[j] = now
         rnd.n_arrived += arrived
         rnd.n_resolved += 1
         if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.plan.size:
@@ -461,7 +463,7 @@ class _Round:
                     link, cap = self._route(j, up)
                 m = _Transfer(sizes[up][j], cap, j, kind)
                 transfers.append(m)
-                if link is None or m.done_by(m.remaining):
+                if link is None or m.remaining <= _TOL * max(m.size, 1.0):  # m.done_by
                     self._admit(m, link, t)
                     self._stage_done(j, True, t)
                     continue
@@ -517,6 +519,8 @@ class _Round:
         self.net._wake_at = self.wake_at
         self.net._token += 1  # a wake-up pending from before the round is out of date
         self._book()
+        self.rnd.status[:] = self.status
+        self.rnd.t_end[:] = self.t_end
         plan = self.plan
         plan.spent[:] = self.spent
         plan.active_since[:] = self.active
@@ -534,8 +538,9 @@ class _Round:
             lo, hi = paths.bounds[devices], paths.bounds[devices + 1]
             lengths = hi - lo
             rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            delivered = np.array([m.delivered for m in moved])
-            np.add.at(self.net.carried, paths.resources[rows], np.repeat(delivered, lengths))
+            delivered = np.repeat([m.delivered for m in moved], lengths)
+            carried = self.net.carried
+            carried += np.bincount(paths.resources[rows], delivered, carried.size)
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,10 +202,9 @@ class FlowNetwork(Links):
     :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
     ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
     over every flow. One SimPy timeout is pending per network (the next completion); an
-    outdated one is ignored by its token. While a flow round plays on its own clock
-    (:mod:`simfl.engine.flowround`), the wake-up is that clock's one alarm instead, which a
-    new one replaces: no outdated wake-up is left to fire. Every device's path is worked out
-    for the whole fleet when the network is built (:func:`_fleet_paths`).
+    outdated one is ignored by its token. A flow round (:mod:`simfl.engine.flowround`) drives
+    the same links directly, without this class's flows and wake-ups. Every device's path is
+    worked out for the whole fleet when the network is built (:func:`_fleet_paths`).
 
     Where the structure does not fit (three contended links on one path, in a graph
     topology; or two flows at once on one device's own link) the network plays the reference
@@ -227,10 +225,6 @@ class FlowNetwork(Links):
         self._routes: dict[tuple[int, ...], Route] = {}
         self._token = 0
         self._wake_at = math.inf
-        #: a clock's cancellable wake-up (``Clock.alarm`` of :mod:`simfl.engine.flowround`)
-        #: while one plays a round: each wake-up replaces the pending one, instead of a SimPy
-        #: timeout left to fire (ignored by its token) once the flows have changed
-        self.alarm: Callable[[float, Callable[[], None]], None] | None = None
         self.reference: ReferenceFlowNetwork | None = None
         #: each device's path per (device, direction, local): its resources and its route
         self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
@@ -397,10 +391,7 @@ class FlowNetwork(Links):
         self._token += 1
         self._wake_at = t
         token = self._token
-        if self.alarm is not None:
-            delay = max(t - float(self.env.now), 0.0) if math.isfinite(t) else math.inf
-            self.alarm(delay, lambda: self._wake(token))
-        elif math.isfinite(t):
+        if math.isfinite(t):
             event = self.env.timeout(max(t - float(self.env.now), 0.0))
             event.callbacks.append(lambda _: self._wake(token))
 
@@ -435,8 +426,6 @@ class FlowNetwork(Links):
             reference.flows.append(flow)
         self._token += 1
         self._wake_at = math.inf
-        if self.alarm is not None:
-            self.alarm(math.inf, lambda: None)
         self.reference = reference
         reference._reschedule()
 

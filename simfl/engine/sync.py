@@ -11,7 +11,7 @@ round's :class:`~simfl.outcome.Outcome`.
 
 How a round is played is chosen once per run: without job events where the playback is planned
 (:func:`_batched_round`) or resolved (:func:`_resolved_round`: availability on private links),
-on a plain clock on shared links (:func:`_flow_round`), with one SimPy process per job
+in one loop of their own on shared links (:func:`_flow_round`), with one SimPy process per job
 otherwise (:func:`_process_round`), or through edge servers for an
 :class:`~simfl.policies.EdgePolicy` (:mod:`simfl.engine.edge`).
 """
@@ -272,7 +272,7 @@ def _process_round(
 def _flow_round(
     ctx: RunContext, rnd: RoundState, deadline: float | None
 ) -> Generator[Any, Any, None]:
-    """The round on shared links, its jobs' events played on a clock of their own.
+    """The round on shared links, its jobs played in one loop of their own.
 
     :func:`~simfl.engine.flowround.play_flow_round` plays the events of
     :func:`_process_round` (the same calls on the links, the same records) up to the instant
