@@ -451,9 +451,23 @@ class _Round:
                     stop = t + (fail_after[j] - busy[j])
                     done = t + seconds <= stop
                     used = seconds if done else stop - t
-                    push(heap, (t + used, self.order, _LATENCY_UP, j, used, done))
+                    alarm = self.alarm
+                    if not (
+                        used == 0.0
+                        and done
+                        and self.closes is None
+                        and (not heap or heap[0][0] > t)
+                        and (alarm is None or alarm[0] > t)
+                    ):
+                        push(heap, (t + used, self.order, _LATENCY_UP, j, used, done))
+                        self.order += 1
+                        continue
+                    # no latency and nothing else due now: the entry would be taken next
                     self.order += 1
-                    continue
+                    kind, a = _LATENCY_UP, used
+                    busy[j] += a
+                    spent[j][kind] += a
+                    active[j] = t
                 up = kind // 2
                 contended = known.get(pairs[up][j], -1)
                 link: SharedLink | None
@@ -475,7 +489,8 @@ class _Round:
                     if at == inf:
                         self.alarm = None
                     else:
-                        self.alarm = (t + max(at - t, 0.0), self.order)
+                        ahead = at - t  # max(at - t, 0.0), without the call
+                        self.alarm = (t + (ahead if ahead > 0.0 else 0.0), self.order)
                         self.order += 1
                 flows[j] = m
                 # _wait
@@ -529,18 +544,19 @@ class _Round:
 
     def _book(self) -> None:
         """Add the bytes every flow moved to each resource on its path (``carried``)."""
-        for up, name in enumerate(("down", "up")):
-            moved = [m for m in self.transfers if m.stage // 2 == up]
-            if not moved:
-                continue
-            paths = self.net._fleet[name]
-            devices = self.plan.devices[[m.job for m in moved]]
-            lo, hi = paths.bounds[devices], paths.bounds[devices + 1]
-            lengths = hi - lo
-            rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            delivered = np.repeat([m.delivered for m in moved], lengths)
-            carried = self.net.carried
-            carried += np.bincount(paths.resources[rows], delivered, carried.size)
+        if not self.transfers:
+            return
+        net = self.net
+        lists = net.path_lists()
+        device = self.device
+        booked: dict[int, float] = {}
+        get = booked.get
+        for m in self.transfers:
+            resources, starts = lists[m.stage // 2]
+            d = device[m.job]
+            for r in resources[starts[d] : starts[d + 1]]:
+                booked[r] = get(r, 0.0) + m.delivered
+        net.carried[list(booked)] += list(booked.values())
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
