@@ -236,10 +236,12 @@ class _Round:
             if link.parent is not None:
                 nested = True
                 break
-            link.settle(now)
         if nested:  # a parent rebalances its children too, once
             for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
                 top.settle(now)
+        else:
+            for link in busy:
+                link.settle(now)
         if len(finished) > 1:
             finished.sort(key=lambda f: f.seq)
         for m in finished:
@@ -255,8 +257,25 @@ class _Round:
             return
         self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
+        busy_s, spent, active, progress = self.busy, self.spent, self.active, self.progress
         for m in finished:
-            self._done(m, now)  # type: ignore[arg-type]
+            assert isinstance(m, _Transfer)
+            if m.race:
+                self._fire(m, now)
+                continue
+            # _done(m, now), inline: the job goes on to its next stage
+            j = m.job
+            took = now - self.began[j]
+            busy_s[j] += took
+            spent[j][m.stage] += took
+            active[j] = now
+            self.flows[j] = None
+            s = progress[j] = progress[j] + 1
+            if s == 1:
+                self._timed(j, 1, self.compute[j], now)
+            else:
+                active[j] = _NAN
+                self._resolve(j, True, now)
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -270,6 +289,28 @@ class _Round:
         done = now + seconds <= stop
         used = seconds if done else stop - now
         self._push(now + used, s, j, used, done)
+
+    def _start_at_once(self, t0: float) -> None:
+        """Take the entries of jobs whose path has no latency now, in order.
+
+        They are all due at ``t0``, before anything they lead to (which is ordered after
+        every job's first entry), and nothing else is due then but the deadline (if it is
+        ``t0``, the caller does not come here): the heap would hand them out in this order.
+        """
+        heap = self.heap
+        if not heap or heap[0][0] != t0:
+            return
+        due = [entry for entry in heap if entry[0] == t0]
+        if any(entry[2] != _LATENCY_DOWN or not entry[5] for entry in due):
+            return  # a device failing at once: its entry's place among them matters
+        if len(due) == len(heap):
+            heap.clear()
+        else:
+            heap[:] = [entry for entry in heap if entry[0] != t0]
+            heapq.heapify(heap)
+        due.sort(key=lambda entry: entry[1])
+        for _, _, kind, j, used, done in due:
+            self._timed_over(j, kind, used, done, t0)
 
     def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
         self.busy[j] += used
@@ -408,6 +449,8 @@ class _Round:
             self._push(t0 + deadline, _DEADLINE, -1)
         for j in range(n):
             self._timed(j, 0, self.latency[j], t0)
+        if deadline is None or deadline > 0.0:
+            self._start_at_once(t0)
         # the common steps are inline (the same arithmetic as the methods they stand for)
         heap, links = self.heap, self.links
         pop, push = heapq.heappop, heapq.heappush
