@@ -190,7 +190,7 @@ class DeviceRuntime:
 
     def finalize(self, plan: JobPlan, rows: Any = None) -> None:
         """Stop the flows of stopped jobs and note the bytes they had delivered."""
-        if self.network is None:
+        if self.network is None or not self.live:
             return
         for j in range(plan.size) if rows is None else rows:
             flow = self.live.pop((id(plan), j), None)

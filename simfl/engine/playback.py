@@ -135,6 +135,9 @@ class Live(Playback):
         ]
 
     def split(self, plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> Split:  # noqa: D102
+        if (status == ARRIVED).all():  # every stage done in busy spells, every byte moved
+            spent = plan.spent
+            return spent[:, 0], spent[:, 1], spent[:, 2], plan.size_down, plan.size_up
         self.devices.finalize(plan)  # flows of jobs stopped without running their process
         down, comp, up = time_split(plan, t_end)
         b_down, b_up = bytes_moved(plan, self.fleet, down, up, self.links)
@@ -160,12 +163,6 @@ class Resolved(Live):
         self.cursor = devices.cursor
         #: The latest pending event a stopped job left in the schedule (see :meth:`leave`).
         self.pending_until = -math.inf
-
-    def split(self, plan: JobPlan, status: NDArray[np.int8], t_end: Array) -> Split:  # noqa: D102
-        if (status == ARRIVED).all():  # every stage done in busy spells, every byte moved
-            spent = plan.spent
-            return spent[:, 0], spent[:, 1], spent[:, 2], plan.size_down, plan.size_up
-        return super().split(plan, status, t_end)
 
     def resolve(self, plan: JobPlan) -> Resolution:
         """The events of the jobs of ``plan``, which start now."""
