@@ -226,8 +226,9 @@ class _Round:
         self.wake_at = math.inf
         busy = [link for link in self.links if link.n_level or link.capped]
         finished: list[Member] = []
-        for link in busy:
-            finished += link.finished(now)
+        for link in busy:  # a link with nothing due is advanced by the rebalancing below
+            if link.due(now):
+                finished += link.finished(now)
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))
@@ -587,19 +588,21 @@ class _Round:
 
     def _book(self) -> None:
         """Add the bytes every flow moved to each resource on its path (``carried``)."""
-        if not self.transfers:
-            return
-        net = self.net
-        lists = net.path_lists()
-        device = self.device
-        booked: dict[int, float] = {}
-        get = booked.get
+        jobs: tuple[list[int], list[int]] = ([], [])
+        moved: tuple[list[float], list[float]] = ([], [])
         for m in self.transfers:
-            resources, starts = lists[m.stage // 2]
-            d = device[m.job]
-            for r in resources[starts[d] : starts[d + 1]]:
-                booked[r] = get(r, 0.0) + m.delivered
-        net.carried[list(booked)] += list(booked.values())
+            up = m.stage // 2
+            jobs[up].append(m.job)
+            moved[up].append(m.delivered)
+        for up, name in enumerate(("down", "up")):
+            if not jobs[up]:
+                continue
+            paths = self.net._fleet[name]
+            devices = self.plan.devices[jobs[up]]
+            lo = paths.bounds[devices]
+            lengths = paths.bounds[devices + 1] - lo
+            rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+            np.add.at(self.net.carried, paths.resources[rows], np.repeat(moved[up], lengths))
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

@@ -235,7 +235,6 @@ class FlowNetwork(Links):
         #: a pair of contended resources (``_FleetPaths.pair``) -> the one its flows join, as
         #: flow rounds look it up (:mod:`simfl.engine.flowround`)
         self.flow_links: dict[int, int] = {}
-        self._path_lists: tuple[tuple[list[int], list[int]], ...] | None = None
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
             self.reference.carried = self.carried
@@ -288,18 +287,6 @@ class FlowNetwork(Links):
             self._release(flow, link.remove(flow, float(self.env.now)))
             self._reschedule()
         return flow.delivered
-
-    def path_lists(self) -> tuple[tuple[list[int], list[int]], ...]:
-        """Per direction (down, up), every device's resources as plain lists.
-
-        Device ``d``'s are ``resources[starts[d]:starts[d + 1]]`` (from the fleet's paths).
-        """
-        if self._path_lists is None:
-            self._path_lists = tuple(
-                (self._fleet[name].resources.tolist(), self._fleet[name].starts)
-                for name in ("down", "up")
-            )
-        return self._path_lists
 
     # ----------------------------------------------------------------- internals
     def _path(self, device: int, direction: str, local: bool) -> tuple[NDArray[np.int64], Route]:

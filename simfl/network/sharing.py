@@ -125,6 +125,29 @@ class SharedLink:
             t = min(t, top.t0 + top.rem0 / top.cap)
         return t
 
+    def due(self, now: float) -> bool:
+        """Whether :meth:`finished` at ``now`` would take a member out (computed, not done).
+
+        Also ``True`` when a stale heap entry is on top (``finished`` would clear it first).
+        Nothing is changed: a link not due need not be finished, and the rebalancing that
+        follows a wake-up advances it to ``now`` with the same arithmetic.
+        """
+        by_key = self._by_key
+        if by_key:
+            _, _, ver, top = by_key[0]
+            if top.ver != ver or top.link is None:
+                return True
+            if top.key - self._clock_at(now) <= _TOL * max(top.size, 1.0):
+                return True
+        by_end = self._by_end
+        if by_end:
+            _, _, ver, top = by_end[0]
+            if top.ver != ver or top.link is None:
+                return True
+            if top.rem0 - top.cap * (now - top.t0) <= _TOL * max(top.size, 1.0):
+                return True
+        return False
+
     def finished(self, now: float) -> list[Member]:
         """Members done at ``now`` (within tolerance); the link is advanced to ``now``.
 
