@@ -170,3 +170,42 @@ def test_routes_are_computed_once_per_device_path():
     np.testing.assert_array_equal(local.resources, net.local_resources(3, "up"))
     env.run()
     assert net.carried[net.resources(3, "up")].tolist() == [100.0, 100.0, 105.0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(1.0, 100.0), st.one_of(st.just(INF), st.floats(0.5, 20.0))),
+        min_size=1,
+        max_size=12,
+    ),
+    st.floats(5.0, 60.0),
+    st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
+)
+def test_due_says_whether_finished_would_take_a_member_out(flows, capacity, gaps):
+    """``SharedLink.due(now)`` is ``finished(now)`` being non-empty, without changing the link.
+
+    A flow round skips ``finished`` on links not due (their rebalancing advances them with
+    the same arithmetic), so ``due`` must agree with it exactly, at the link's own next
+    completion (where something is due) and at other instants (where, mostly, nothing is).
+    """
+    link = SharedLink(capacity)
+    members = [Member(size, cap=cap) for size, cap in flows]
+    now = 0.0
+    for m in members:
+        link.add(m, m.size, now)
+    for gap in gaps:
+        for t in (link.next_at, now + gap):
+            if not now <= t < INF:
+                continue
+            stale = any(
+                heap and (heap[0][3].ver != heap[0][2] or heap[0][3].link is None)
+                for heap in (link._by_key, link._by_end)
+            )
+            state = (link.clock, link.since, link.level, link.n_level, len(link.capped))
+            due = link.due(t)
+            assert state == (link.clock, link.since, link.level, link.n_level, len(link.capped))
+            out = link.finished(t)
+            assert due == (bool(out) or stale)  # a stale entry on top: due, to be safe
+            link.settle(t)
+            now = t
