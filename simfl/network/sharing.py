@@ -337,7 +337,7 @@ class SharedLink:
             if child.n_level and not isinf(child.level):
                 child.clock = child.clock + child.level * (now - child.since)
             child.since = now
-        bounds = [child._bounds() for child in children]
+        bounds = [child._bounds_at or child._bounds() for child in children]
         level = math.inf
         steps = 0
         while True:
@@ -359,18 +359,33 @@ class SharedLink:
                 continue
             break
         self.level = level
-        top = self._top
+        inf, pop = math.inf, heapq.heappop
         for child in children:  # child.next_finish(), inline: the same arithmetic
-            own = child.level = child._own_level() if child.saturated else level
-            t = math.inf
-            if child.n_level:
-                first = top(child._by_key)
-                if first is not None and own < math.inf:
-                    t = child.since + (first.key - child.clock) / own
+            n = child.n_level
+            if child.saturated:  # _own_level, inline
+                own = child.level = (child.capacity - child.capped_sum) / n if n else inf
+            else:
+                own = child.level = level
+            t = inf
+            if n:
+                heap = child._by_key
+                while heap:  # _top, inline
+                    _, _, ver, first = heap[0]
+                    if first.ver == ver and first.link is not None:
+                        if own < inf:
+                            t = child.since + (first.key - child.clock) / own
+                        break
+                    pop(heap)
             if child.capped:
-                first = top(child._by_end)
-                if first is not None:
-                    t = min(t, first.t0 + first.rem0 / first.cap)
+                heap = child._by_end
+                while heap:
+                    _, _, ver, first = heap[0]
+                    if first.ver == ver and first.link is not None:
+                        end = first.t0 + first.rem0 / first.cap
+                        if end < t:  # min(t, end)
+                            t = end
+                        break
+                    pop(heap)
             child.next_at = t
         self.next_at = self.next_finish()
 
