@@ -29,6 +29,10 @@ The loop makes the calls of the live job processes (:meth:`DeviceRuntime.process
   ``DeviceRuntime.finalize`` takes them off when the server closes the round (or at
   ``max_time``, when the run ends first: entries at or after it are not played).
 
+Entries the heap would hand out next anyway are taken at once: a wake-up's ``done`` events
+and a zero latency after the compute when nothing else is due at that instant, and the first
+latencies of jobs whose path has none.
+
 So the frames equal the live processes' (``tests/test_flow_round.py`` compares them exactly
 over random stars and hierarchies, ties included, and with the reference links to a relative
 ``1e-9``). What the loop leaves out is the machinery: one heap entry per timed stage instead
@@ -47,7 +51,7 @@ from numpy.typing import NDArray
 
 from simfl.engine.jobs import JobPlan
 from simfl.engine.links import FlowNetwork
-from simfl.network.sharing import _TOL, Member, SharedLink
+from simfl.network.sharing import TOLERANCE, Member, SharedLink
 from simfl.outcome import ARRIVED, DROPPED
 
 if TYPE_CHECKING:
@@ -521,7 +525,7 @@ class _Round:
                     link, cap = self._route(j, up)
                 m = _Transfer(sizes[up][j], cap, j, kind)
                 transfers.append(m)
-                if link is None or m.remaining <= _TOL * max(m.size, 1.0):  # m.done_by
+                if link is None or m.remaining <= TOLERANCE * max(m.size, 1.0):  # m.done_by
                     self._admit(m, link, t)
                     self._stage_done(j, True, t)
                     continue

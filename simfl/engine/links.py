@@ -33,12 +33,10 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.network.flows import max_min_rates
-from simfl.network.sharing import Member, SharedLink
+from simfl.network.sharing import TOLERANCE, Member, SharedLink
 from simfl.network.topology import Topology
 
 __all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
-
-_TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
 
 
 #: a flow's place in a :class:`FlowNetwork`: (its shared link's resource, or -1 for none and -2
@@ -130,7 +128,7 @@ class ReferenceFlowNetwork(Links):
         """(Re)admit a flow to the network."""
         self._advance()
         if (
-            flow.remaining <= _TOL * max(flow.size, 1.0)
+            flow.remaining <= TOLERANCE * max(flow.size, 1.0)
             or np.isinf(self.capacity[flow.resources]).all()
         ):
             flow.delivered += flow.remaining
@@ -178,7 +176,7 @@ class ReferenceFlowNetwork(Links):
         if token != self._token:
             return  # the flows changed since this completion was scheduled
         self._advance()
-        finished = [f for f in self.flows if f.remaining <= _TOL * max(f.size, 1.0)]
+        finished = [f for f in self.flows if f.remaining <= TOLERANCE * max(f.size, 1.0)]
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             finished = [min(self.flows, key=lambda f: f.remaining / max(f.rate, 1e-300))]
         for f in finished:

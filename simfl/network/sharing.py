@@ -44,9 +44,10 @@ import heapq
 import math
 from itertools import count
 
-__all__ = ["Member", "SharedLink"]
+__all__ = ["TOLERANCE", "Member", "SharedLink"]
 
-_TOL = 1e-9  # relative: a flow with less than this share of its bytes left is complete
+#: relative: a flow with less than this share of its bytes left is complete
+TOLERANCE = 1e-9
 _seq = count()
 
 
@@ -69,7 +70,7 @@ class Member:
 
     def done_by(self, remaining: float) -> bool:
         """Whether ``remaining`` bytes left count as none (relative tolerance ``1e-9``)."""
-        return remaining <= _TOL * max(self.size, 1.0)
+        return remaining <= TOLERANCE * max(self.size, 1.0)
 
 
 Entry = tuple[float, int, int, Member]
@@ -137,14 +138,14 @@ class SharedLink:
             _, _, ver, top = by_key[0]
             if top.ver != ver or top.link is None:
                 return True
-            if top.key - self._clock_at(now) <= _TOL * max(top.size, 1.0):
+            if top.key - self._clock_at(now) <= TOLERANCE * max(top.size, 1.0):
                 return True
         by_end = self._by_end
         if by_end:
             _, _, ver, top = by_end[0]
             if top.ver != ver or top.link is None:
                 return True
-            if top.rem0 - top.cap * (now - top.t0) <= _TOL * max(top.size, 1.0):
+            if top.rem0 - top.cap * (now - top.t0) <= TOLERANCE * max(top.size, 1.0):
                 return True
         return False
 
@@ -165,7 +166,7 @@ class SharedLink:
                 pop(by_key)
                 continue
             # remaining(top, now): the link is at ``now``, so _clock_at(now) is the clock
-            if not top.key - self.clock <= _TOL * max(top.size, 1.0):
+            if not top.key - self.clock <= TOLERANCE * max(top.size, 1.0):
                 break
             self._drop(top)
             out.append(top)
@@ -175,7 +176,7 @@ class SharedLink:
             if top.ver != ver or top.link is None:
                 pop(by_end)
                 continue
-            if not top.rem0 - top.cap * (now - top.t0) <= _TOL * max(top.size, 1.0):
+            if not top.rem0 - top.cap * (now - top.t0) <= TOLERANCE * max(top.size, 1.0):
                 break
             self._drop(top)
             out.append(top)
