@@ -262,25 +262,8 @@ class _Round:
             return
         self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
-        busy_s, spent, active, progress = self.busy, self.spent, self.active, self.progress
         for m in finished:
-            assert isinstance(m, _Transfer)
-            if m.race:
-                self._fire(m, now)
-                continue
-            # _done(m, now), inline: the job goes on to its next stage
-            j = m.job
-            took = now - self.began[j]
-            busy_s[j] += took
-            spent[j][m.stage] += took
-            active[j] = now
-            self.flows[j] = None
-            s = progress[j] = progress[j] + 1
-            if s == 1:
-                self._timed(j, 1, self.compute[j], now)
-            else:
-                active[j] = _NAN
-                self._resolve(j, True, now)
+            self._done(m, now)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -353,21 +336,8 @@ class _Round:
         """``m``'s ``done`` event fires: its job goes on (after its race, if one runs)."""
         if m.race:
             self._fire(m, now)
-            return
-        # _resumed(m, now), done: the job goes on to its next stage
-        j = m.job
-        took = now - self.began[j]
-        self.busy[j] += took
-        self.spent[j][m.stage] += took
-        self.active[j] = now
-        self.flows[j] = None
-        s = self.progress[j] = self.progress[j] + 1
-        self.active[j] = now
-        if s == 1:
-            self._timed(j, 1, self.compute[j], now)
         else:
-            self.active[j] = _NAN
-            self._resolve(j, True, now)
+            self._resumed(m, now)
 
     def _fire(self, m: _Transfer, now: float) -> None:
         """The first of a raced segment's two events fires its ``any_of`` (one step later)."""
