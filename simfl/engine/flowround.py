@@ -230,23 +230,18 @@ class _Round:
         self.wake_at = math.inf
         busy = [link for link in self.links if link.n_level or link.capped]
         finished: list[Member] = []
-        for link in busy:  # a link with nothing due is advanced by the rebalancing below
+        touched: list[SharedLink] = []
+        for link in busy:  # a link with nothing due is left as it is
             if link.due(now):
-                finished += link.finished(now)
+                done = link.finished(now)
+                if done:
+                    finished += done
+                    touched.append(link)
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))
-        nested = False
-        for link in busy:
-            if link.parent is not None:
-                nested = True
-                break
-        if nested:  # a parent rebalances its children too, once
-            for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
-                top.settle(now)
-        else:
-            for link in busy:
-                link.settle(now)
+            touched.append(first)
+        SharedLink.settle_wake(busy, touched, now)
         if len(finished) > 1:
             finished.sort(key=lambda f: f.seq)
         for m in finished:

@@ -400,13 +400,18 @@ class FlowNetwork(Links):
         now = float(self.env.now)
         busy = [link for link in self._all if link.n_level or link.capped]
         finished: list[Flow] = []
-        for link in busy:
-            finished += link.finished(now)  # type: ignore[arg-type]
+        touched: list[SharedLink] = []
+        for link in busy:  # a link with nothing due is left as it is (``SharedLink.due``)
+            if link.due(now):
+                done = link.finished(now)
+                if done:
+                    finished += done  # type: ignore[arg-type]
+                    touched.append(link)
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))  # type: ignore[arg-type]
-        for top in dict.fromkeys(link if link.parent is None else link.parent for link in busy):
-            top.settle(now)  # a parent rebalances its children too
+            touched.append(first)
+        SharedLink.settle_wake(busy, touched, now)
         finished.sort(key=lambda f: f.seq)
         for f in finished:
             self._release(f, 0.0)

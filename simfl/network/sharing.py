@@ -232,16 +232,51 @@ class SharedLink:
         return capped
 
     def settle(self, now: float) -> None:
-        """Rebalance after a change (also after :meth:`finished` took members out).
+        """Rebalance after a change of this link's members (also after :meth:`finished`).
 
-        A link with a parent is rebalanced by its parent, which solves both levels.
+        A link with a parent is rebalanced by its parent, which solves both levels, unless
+        it is *saturated* and stays so: it then takes its whole capacity before and after,
+        so the level above and every other link are unchanged, and its own water-filling
+        (:meth:`_rebalance`, as a link on its own at its own level) is the whole solution.
         """
-        if self.parent is not None:
-            self.parent.settle(now)
+        parent = self.parent
+        if parent is not None:
+            if self.saturated:
+                self._rebalance(now)
+                if self.level < parent.level:  # still saturated
+                    return
+            parent._rebalance_tree(now)
         elif self.children:
             self._rebalance_tree(now)
         else:
             self._rebalance(now)
+
+    @staticmethod
+    def settle_wake(busy: list[SharedLink], touched: list[SharedLink], now: float) -> None:
+        """Rebalance after a wake-up took members off the ``touched`` links.
+
+        Every ``busy`` link on its own (no parent, no children) is rebalanced, whether it lost
+        a member or not (it is advanced to ``now``). A nested link is rebalanced only when it
+        lost one, as :meth:`settle` does, except that each tree is solved at most once (after
+        the saturated children that stay so have been rebalanced on their own).
+        """
+        for link in busy:
+            if link.parent is None and not link.children:
+                link._rebalance(now)
+        trees: dict[SharedLink, None] = {}
+        for link in dict.fromkeys(touched):
+            parent = link.parent
+            if parent is None:
+                if link.children:
+                    trees[link] = None
+                continue
+            if link.saturated:
+                link._rebalance(now)
+                if link.level < parent.level:  # still saturated
+                    continue
+            trees[parent] = None
+        for top in trees:
+            top._rebalance_tree(now)
 
     def attach(self, child: SharedLink) -> None:
         """Make ``child`` a link below this one (two levels at most)."""
@@ -330,14 +365,17 @@ class SharedLink:
 
         Each child's test is three numbers (:meth:`_bounds`), refreshed only when that child
         moves, so a step costs a few comparisons per child, not heap look-ups.
+
+        A child is touched only when it changed: its members changed or moved, or the level
+        its level members see did (a saturated child's own level, else ``L``). The others
+        keep their virtual clocks, levels and next completions as they were, which the
+        unchanged level keeps right (the clock is advanced when the level changes, or by
+        the next change of the child's own, as every change advances it first).
         """
         self._advance(now)
         children = self.children
-        isinf = math.isinf
-        for child in children:  # child._advance(now), inline: the same arithmetic
-            if child.n_level and not isinf(child.level):
-                child.clock = child.clock + child.level * (now - child.since)
-            child.since = now
+        # a child whose members changed since it was last settled has its bounds unknown
+        changed = [child._bounds_at is None for child in children]
         bounds = [child._bounds_at or child._bounds() for child in children]
         level = math.inf
         steps = 0
@@ -356,19 +394,27 @@ class SharedLink:
                 level = (self.capacity - fixed) / slope
             else:
                 level = math.inf if fixed <= self.capacity else -math.inf
-            if self._move_one(now, level) or self._settle_children(now, level, bounds):
+            if self._move_one(now, level) or self._settle_children(now, level, bounds, changed):
                 continue
             break
         self.level = level
-        inf, pop = math.inf, heapq.heappop
-        for child in children:  # child.next_finish(), inline: the same arithmetic
+        inf, isinf, pop = math.inf, math.isinf, heapq.heappop
+        for i, child in enumerate(children):
             n = child.n_level
             if child.saturated:  # _own_level, inline
-                own = child.level = (child.capacity - child.capped_sum) / n if n else inf
+                own = (child.capacity - child.capped_sum) / n if n else inf
             else:
-                own = child.level = level
+                own = level
+            old = child.level
+            if not changed[i] and (own == old or not n):
+                continue  # as it was (a child with no level member: its level is unused)
+            if child.since != now:  # child._advance(now) at its old level, inline
+                if n and not isinf(old):
+                    child.clock = child.clock + old * (now - child.since)
+                child.since = now
+            child.level = own
             t = inf
-            if n:
+            if n:  # child.next_finish(), inline: the same arithmetic
                 heap = child._by_key
                 while heap:  # _top, inline
                     _, _, ver, first = heap[0]
@@ -391,13 +437,18 @@ class SharedLink:
         self.next_at = self.next_finish()
 
     def _settle_children(
-        self, now: float, level: float, bounds: list[tuple[float, float, float]]
+        self,
+        now: float,
+        level: float,
+        bounds: list[tuple[float, float, float]],
+        changed: list[bool],
     ) -> bool:
         """One move of the first child that disagrees with ``level``; whether one moved.
 
         A child disagrees when its saturation does not match ``own < level`` (it flips), or
         when a member's class does not match the level it sees (``own`` if saturated, else
-        ``level``): the member moves and the child's ``bounds`` are refreshed.
+        ``level``): the member moves (the child advanced to ``now`` first), the child's
+        ``bounds`` are refreshed and it is marked ``changed``.
         """
         for i, child in enumerate(self.children):
             own, low, high = bounds[i]
@@ -406,8 +457,10 @@ class SharedLink:
                 return True
             seen = own if child.saturated else level
             if low < seen or high > seen:
+                child._advance(now)
                 child._move_one(now, seen)
                 bounds[i] = child._bounds()
+                changed[i] = True
                 return True
         return False
 
