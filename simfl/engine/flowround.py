@@ -557,21 +557,21 @@ class _Round:
 
     def _book(self) -> None:
         """Add the bytes every flow moved to each resource on its path (``carried``)."""
-        jobs: tuple[list[int], list[int]] = ([], [])
-        moved: tuple[list[float], list[float]] = ([], [])
-        for m in self.transfers:
-            up = m.stage // 2
-            jobs[up].append(m.job)
-            moved[up].append(m.delivered)
-        for up, name in enumerate(("down", "up")):
-            if not jobs[up]:
+        transfers = self.transfers
+        if not transfers:
+            return
+        up = np.array([m.stage for m in transfers]) >= 2
+        jobs = np.array([m.job for m in transfers])
+        moved = np.array([m.delivered for m in transfers])
+        for name, sel in (("down", ~up), ("up", up)):
+            if not sel.any():
                 continue
             paths = self.net._fleet[name]
-            devices = self.plan.devices[jobs[up]]
+            devices = self.plan.devices[jobs[sel]]
             lo = paths.bounds[devices]
             lengths = paths.bounds[devices + 1] - lo
             rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            np.add.at(self.net.carried, paths.resources[rows], np.repeat(moved[up], lengths))
+            np.add.at(self.net.carried, paths.resources[rows], np.repeat(moved[sel], lengths))
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

@@ -260,9 +260,14 @@ class SharedLink:
         lost one, as :meth:`settle` does, except that each tree is solved at most once (after
         the saturated children that stay so have been rebalanced on their own).
         """
+        nested = False
         for link in busy:
             if link.parent is None and not link.children:
                 link._rebalance(now)
+            else:
+                nested = True
+        if not nested:
+            return
         trees: dict[SharedLink, None] = {}
         for link in dict.fromkeys(touched):
             parent = link.parent
