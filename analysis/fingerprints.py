@@ -126,6 +126,30 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
     hier = Network.hierarchical(groups, edge_up=2e4, edge_down=2e5, server_up=3e4)
     star = Network.star(server_up=2e4, server_down=1e5)
 
+    def nested(policy: Any) -> Any:
+        """Timing only on two nested shared levels: six edge links under a cloud link that
+        binds whenever three edges are saturated; unequal access links."""
+        n = 120
+        up = np.random.default_rng(5).uniform(1e4, 1e5, n)
+        return Scenario(
+            task=None,
+            algorithm=algorithms.TimingOnly(bytes_down=50_000, bytes_up=50_000),
+            fleet=Fleet(
+                [dists.Exponential(mean=1.0)],
+                np.zeros(n, dtype=np.int64),
+                bandwidth_down=4.0 * up,
+                bandwidth_up=up,
+                latency=0.01,
+                dropout_rate=0.02,
+            ),
+            policy=policy,
+            rounds=12,
+            network=Network.hierarchical(
+                np.arange(n) % 6, edge_up=6e4, edge_down=2.4e5, server_up=1.5e5, server_down=6e5
+            ),
+            seed=3,
+        )
+
     def graph_net() -> Any:
         import networkx as nx
 
@@ -365,6 +389,8 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
             ),
             {},
         ),
+        "hier-nested-waitall": lambda: (nested(policies.WaitAll(count=40)), {}),
+        "hier-nested-deadline": lambda: (nested(policies.Deadline(6.0, count=40)), {}),
         "hier-flat-waitall": lambda: (
             lin(fedrep, policies.WaitAll(count=12), fleet=net_fleet(), network=hier),
             {},
