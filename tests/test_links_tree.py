@@ -150,9 +150,67 @@ def test_a_wake_up_solves_each_tree_once(monkeypatch):
     flows = [net.start(d, "up", 100.0) for d in range(DEVICES)]  # equal sizes: ties finish
     env.run()
     assert all(f.done.triggered for f in flows)
-    assert len(solved) >= DEVICES  # one per start, at least
+    # the cloud binds from the sixth start on (caps 10..15 sum to 75 > 60): every start from
+    # then re-solves the tree, the first five settle their edge alone (caps sum to 60)
+    assert len(solved) - sum(per_wake) == DEVICES - 5
     assert max(per_wake) == 1  # each wake-up that finished flows re-solved the tree once
     assert sum(per_wake) >= 1
+
+
+def counting_solves(monkeypatch) -> list[float]:
+    solved: list[float] = []
+    tree = SharedLink._rebalance_tree
+
+    def counted(self: SharedLink, now: float) -> None:
+        solved.append(now)
+        tree(self, now)
+
+    monkeypatch.setattr(SharedLink, "_rebalance_tree", counted)
+    return solved
+
+
+def test_a_cloud_that_never_binds_never_solves_its_tree(monkeypatch):
+    # the access links (10..27 up, three times that down) sum to 333 up: a cloud of 400 up
+    # (800 down) never binds, so every edge is settled as a link on its own; the results
+    # are still the reference network's, staggered starts, pauses and both directions
+    access = [10.0 + d for d in range(DEVICES)]
+    topo = many_edges(access, [30.0 + 5 * e for e in range(EDGES)], 400.0)
+    solved = counting_solves(monkeypatch)
+    script: list[FlowSpec] = [
+        (
+            d,
+            "up" if d % 2 else "down",
+            50.0 + 7 * d,
+            0.5 * (d % 4),
+            2.0 if d % 5 == 0 else None,
+            1.0 if d % 5 == 0 else None,
+            False,
+        )
+        for d in range(DEVICES)
+    ]
+    assert_same(topo, script)
+    assert solved == []
+
+
+def test_saturated_edges_that_stay_saturated_are_settled_without_the_tree(monkeypatch):
+    # edges 0-4 carry 5 each (any flow saturates them: their level is at most 5), edge 5
+    # carries 1000 under a cloud of 60 that its three flows (cap 100 each) make bind at
+    # level 20: each edge's first flow re-solves the tree (it turns saturated), its
+    # second and third do not (the edge's level halves and thirds, below 20: saturated)
+    topo = many_edges([100.0] * DEVICES, [5.0] * 5 + [1000.0], 60.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    solved = counting_solves(monkeypatch)
+    for d in (5, 11, 17):  # edge 5's devices
+        net.start(d, "up", 1e6)
+    per_start = []
+    for d in [*range(5), *range(6, 11), *range(12, 17)]:  # edges 0-4, three rounds
+        before = len(solved)
+        net.start(d, "up", 1e6)
+        per_start.append(len(solved) - before)
+    assert per_start == [1] * 5 + [0] * 10
+    cloud = next(link for link in net._all if link.children)
+    assert all(child.saturated for child in cloud.children[1:])  # edges 0-4 (edge 5 first)
 
 
 def test_routes_are_computed_once_per_device_path():

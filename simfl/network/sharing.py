@@ -235,21 +235,51 @@ class SharedLink:
         """Rebalance after a change of this link's members (also after :meth:`finished`).
 
         A link with a parent is rebalanced by its parent, which solves both levels, unless
-        it is *saturated* and stays so: it then takes its whole capacity before and after,
-        so the level above and every other link are unchanged, and its own water-filling
-        (:meth:`_rebalance`, as a link on its own at its own level) is the whole solution.
+        its own water-filling is the whole solution (:meth:`_settle_alone`).
         """
         parent = self.parent
         if parent is not None:
-            if self.saturated:
-                self._rebalance(now)
-                if self.level < parent.level:  # still saturated
-                    return
-            parent._rebalance_tree(now)
+            if not self._settle_alone(now):
+                parent._rebalance_tree(now)
         elif self.children:
             self._rebalance_tree(now)
         else:
             self._rebalance(now)
+
+    def _settle_alone(self, now: float) -> bool:
+        """Rebalance a nested link on its own where that is the whole solution; whether it was.
+
+        That is so when the level above does not move (every other link then keeps its
+        classes), in two cases, each checked after this link's own water-filling
+        (:meth:`_rebalance`, which moves its members in the order the tree's solve would):
+
+        * it was *saturated* and stays so (its own level below its parent's): it takes its
+          whole capacity before and after;
+        * its parent does not bind (level ``inf``, no level member of its own) and still does
+          not: its children's takes, summed as the tree sums them (a child with level members
+          saturated, taking its capacity; any other its capped members' caps), fit its
+          capacity. Every child then has its own level, as a link on its own.
+        """
+        parent = self.parent
+        assert parent is not None
+        free = parent.level == math.inf and not parent.n_level
+        if self.saturated:
+            self._rebalance(now)
+            if self.level < parent.level:  # still saturated
+                return True
+        elif free:
+            self._rebalance(now)
+        else:
+            return False
+        if not free:
+            return False
+        fixed = parent.capped_sum
+        for child in parent.children:
+            fixed += child.capacity if child.n_level else child.capped_sum
+        if fixed > parent.capacity:
+            return False
+        self.saturated = self.n_level > 0
+        return True
 
     @staticmethod
     def settle_wake(busy: list[SharedLink], touched: list[SharedLink], now: float) -> None:
@@ -258,7 +288,7 @@ class SharedLink:
         Every ``busy`` link on its own (no parent, no children) is rebalanced, whether it lost
         a member or not (it is advanced to ``now``). A nested link is rebalanced only when it
         lost one, as :meth:`settle` does, except that each tree is solved at most once (after
-        the saturated children that stay so have been rebalanced on their own).
+        the links whose own water-filling is the whole solution have been rebalanced).
         """
         nested = False
         for link in busy:
@@ -274,12 +304,8 @@ class SharedLink:
             if parent is None:
                 if link.children:
                     trees[link] = None
-                continue
-            if link.saturated:
-                link._rebalance(now)
-                if link.level < parent.level:  # still saturated
-                    continue
-            trees[parent] = None
+            elif not link._settle_alone(now):
+                trees[parent] = None
         for top in trees:
             top._rebalance_tree(now)
 
