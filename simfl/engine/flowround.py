@@ -227,12 +227,12 @@ class _Round:
         now (no entry at ``now``, the server not about to wake), those entries would be the
         next ones taken, in order, so they are taken at once.
         """
-        self.wake_at = math.inf
+        at, self.wake_at = self.wake_at, math.inf
         busy = [link for link in self.links if link.n_level or link.capped]
         finished: list[Member] = []
         touched: list[SharedLink] = []
-        for link in busy:  # a link with nothing due is left as it is
-            if link.due(now):
+        for link in busy:  # only the links whose completion this is; if due, as in the live path
+            if link.next_at <= at and link.due(now):
                 done = link.finished(now)
                 if done:
                     finished += done

@@ -396,13 +396,14 @@ class FlowNetwork(Links):
     def _wake(self, token: int) -> None:
         if token != self._token or self.reference is not None:
             return  # the flows changed since this completion was scheduled
-        self._wake_at = math.inf
+        at, self._wake_at = self._wake_at, math.inf
         now = float(self.env.now)
         busy = [link for link in self._all if link.n_level or link.capped]
         finished: list[Flow] = []
         touched: list[SharedLink] = []
-        for link in busy:  # a link with nothing due is left as it is (``SharedLink.due``)
-            if link.due(now):
+        # only the links whose completion this is (``next_at`` the scheduled one), if due
+        for link in busy:
+            if link.next_at <= at and link.due(now):
                 done = link.finished(now)
                 if done:
                     finished += done  # type: ignore[arg-type]
