@@ -282,28 +282,21 @@ class SharedLink:
         return True
 
     @staticmethod
-    def settle_wake(busy: list[SharedLink], touched: list[SharedLink], now: float) -> None:
+    def settle_wake(touched: list[SharedLink], now: float) -> None:
         """Rebalance after a wake-up took members off the ``touched`` links.
 
-        Every ``busy`` link on its own (no parent, no children) is rebalanced, whether it lost
-        a member or not (it is advanced to ``now``). A nested link is rebalanced only when it
-        lost one, as :meth:`settle` does, except that each tree is solved at most once (after
-        the links whose own water-filling is the whole solution have been rebalanced).
+        Only those: every other link keeps its members, classes and next completion. Each is
+        rebalanced as :meth:`settle` does, except that each tree is solved at most once (after
+        the nested links whose own water-filling is the whole solution have been rebalanced).
         """
-        nested = False
-        for link in busy:
-            if link.parent is None and not link.children:
-                link._rebalance(now)
-            else:
-                nested = True
-        if not nested:
-            return
         trees: dict[SharedLink, None] = {}
         for link in dict.fromkeys(touched):
             parent = link.parent
             if parent is None:
                 if link.children:
                     trees[link] = None
+                else:
+                    link._rebalance(now)
             elif not link._settle_alone(now):
                 trees[parent] = None
         for top in trees:
