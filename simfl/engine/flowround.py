@@ -16,8 +16,8 @@ The loop makes the calls of the live job processes (:meth:`DeviceRuntime.process
   fails first, ``began + (fail_after - busy) - began``; a transfer races the failure clock the
   same way, and on a failure its flow is taken off its link at that instant;
 * a flow starts on its shared link at the instant its latency ends (``SharedLink.add``), and
-  on every completion all busy links are advanced, finished and settled as
-  :meth:`FlowNetwork._wake <simfl.engine.links.FlowNetwork._wake>` does;
+  on every completion the links whose completion it is are finished and the links that lost
+  members settled, as :meth:`FlowNetwork._wake <simfl.engine.links.FlowNetwork._wake>` does;
 * entries at one instant are taken in the order the live clock would take them: each carries
   the id its event would get there (``order``: one per timeout, ``done`` event, ``any_of``
   firing, alarm), so a flow's job goes on at its ``done`` event, or one step later (its

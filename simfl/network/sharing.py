@@ -130,8 +130,7 @@ class SharedLink:
         """Whether :meth:`finished` at ``now`` would take a member out (computed, not done).
 
         Also ``True`` when a stale heap entry is on top (``finished`` would clear it first).
-        Nothing is changed: a link not due need not be finished, and the rebalancing that
-        follows a wake-up advances it to ``now`` with the same arithmetic.
+        Nothing is changed: a link not due need not be finished (nor advanced).
         """
         by_key = self._by_key
         if by_key:
