@@ -150,3 +150,28 @@ def test_a_flow_round_books_the_bytes_each_link_carried(monkeypatch: pytest.Monk
     server_down, server_up = fast_net.resources(0, "down")[0], fast_net.resources(0, "up")[0]
     assert fast_net.carried[server_down] == pytest.approx(5_000 * n_jobs, rel=1e-12)
     assert fast_net.carried[server_up] == pytest.approx(5_000 * n_jobs, rel=1e-12)
+
+
+def test_bytes_booked_for_later_are_all_in_carried_whenever_it_is_read() -> None:
+    """``FlowNetwork.book_later`` keeps flow rounds' bytes until ``carried`` is read, and
+    books them itself once 65,536 flows wait (bounded memory): none is lost either way."""
+    from types import SimpleNamespace
+
+    n = 50
+    topo = Network.star(server_up=1e4, server_down=1e5).build(
+        np.full(n, 1e4), np.full(n, 1e3), np.zeros(n)
+    )
+    net = FlowNetwork(simpy.Environment(), topo)
+    devices = np.arange(n)[::-1].copy()  # job j is device n - 1 - j
+    flows = [SimpleNamespace(job=j % n, stage=2 * (j % 2), delivered=1.0 + j % 7) for j in range(n)]
+    net.book_later(flows, devices)
+    expected = np.zeros_like(net.capacity)
+    for f in flows:
+        for r in net.resources(int(devices[f.job]), "up" if f.stage else "down"):
+            expected[r] += f.delivered
+    np.testing.assert_allclose(net.carried, expected, rtol=1e-12)  # read: booked
+    assert net._unbooked == []
+    many = flows * 1400  # 70,000 flows in one call: booked at once, before any read
+    net.book_later(many, devices)
+    assert net._unbooked == [] and net._n_unbooked == 0
+    np.testing.assert_allclose(net.carried, 1401 * expected, rtol=1e-12)

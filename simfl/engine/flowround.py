@@ -204,7 +204,7 @@ class _Round:
     def _carry(self, m: _Transfer, left: float) -> None:
         """``FlowNetwork._settle``: book the bytes ``m`` moved since it was last touched.
 
-        The network's ``carried`` is booked once, when the round ends (:meth:`finish`).
+        The network's ``carried`` is booked later, many rounds at once (``FlowNetwork.book_later``).
         """
         m.delivered += m.remaining - left
         m.remaining = left
@@ -546,7 +546,7 @@ class _Round:
             self.moved[j][self.progress[j] // 2] = m.delivered
         self.net._wake_at = self.wake_at
         self.net._token += 1  # a wake-up pending from before the round is out of date
-        self._book()
+        self.net.book_later(self.transfers, self.plan.devices)
         self.rnd.status[:] = self.status
         self.rnd.t_end[:] = self.t_end
         plan = self.plan
@@ -554,24 +554,6 @@ class _Round:
         plan.active_since[:] = self.active
         plan.progress[:] = self.progress
         plan.moved[:] = self.moved
-
-    def _book(self) -> None:
-        """Add the bytes every flow moved to each resource on its path (``carried``)."""
-        transfers = self.transfers
-        if not transfers:
-            return
-        up = np.array([m.stage for m in transfers]) >= 2
-        jobs = np.array([m.job for m in transfers])
-        moved = np.array([m.delivered for m in transfers])
-        for name, sel in (("down", ~up), ("up", up)):
-            if not sel.any():
-                continue
-            paths = self.net._fleet[name]
-            devices = self.plan.devices[jobs[sel]]
-            lo = paths.bounds[devices]
-            lengths = paths.bounds[devices + 1] - lo
-            rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            np.add.at(self.net.carried, paths.resources[rows], np.repeat(moved[sel], lengths))
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

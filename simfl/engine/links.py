@@ -70,8 +70,17 @@ class Links(ABC):
         self.capacity = np.empty(2 * topology.n_links)
         self.capacity[0::2] = topology.down
         self.capacity[1::2] = topology.up
-        #: bytes delivered per resource so far (for checks: never above capacity x time)
-        self.carried = np.zeros(self.capacity.size)
+        self._carried = np.zeros(self.capacity.size)
+
+    @property
+    def carried(self) -> NDArray[np.float64]:
+        """Bytes delivered per resource so far (for checks: never above capacity x time)."""
+        self._book_pending()
+        return self._carried
+
+    def _book_pending(self) -> None:
+        """Add to ``carried`` the bytes booked for later (none here)."""
+        return
 
     def resources(self, device: int, direction: str) -> NDArray[np.int64]:
         """Resource indices of ``device``'s path in ``direction`` (``"down"`` or ``"up"``)."""
@@ -132,7 +141,7 @@ class ReferenceFlowNetwork(Links):
             or np.isinf(self.capacity[flow.resources]).all()
         ):
             flow.delivered += flow.remaining
-            self.carried[flow.resources] += flow.remaining
+            self._carried[flow.resources] += flow.remaining
             flow.remaining = 0.0
             flow.done.succeed()
             return
@@ -155,7 +164,7 @@ class ReferenceFlowNetwork(Links):
                 moved = min(f.remaining, f.rate * dt) if math.isfinite(f.rate) else f.remaining
                 f.remaining -= moved
                 f.delivered += moved
-                self.carried[f.resources] += moved
+                self._carried[f.resources] += moved
         self._last = now
 
     def _reschedule(self) -> None:
@@ -180,7 +189,7 @@ class ReferenceFlowNetwork(Links):
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             finished = [min(self.flows, key=lambda f: f.remaining / max(f.rate, 1e-300))]
         for f in finished:
-            self.carried[f.resources] += f.remaining
+            self._carried[f.resources] += f.remaining
             f.delivered += f.remaining
             f.remaining = 0.0
             self.flows.remove(f)
@@ -233,9 +242,12 @@ class FlowNetwork(Links):
         #: a pair of contended resources (``_FleetPaths.pair``) -> the one its flows join, as
         #: flow rounds look it up (:mod:`simfl.engine.flowround`)
         self.flow_links: dict[int, int] = {}
+        #: flow rounds' transfers whose bytes ``carried`` does not hold yet (:meth:`book_later`)
+        self._unbooked: list[tuple[list[Any], NDArray[np.int64]]] = []
+        self._n_unbooked = 0
         if _nested(topology, self._contended):
             self.reference = ReferenceFlowNetwork(env, topology)
-            self.reference.carried = self.carried
+            self.reference._carried = self._carried
         else:
             self._fleet = _fleet_paths(topology, self.capacity, self._contended)
 
@@ -369,7 +381,7 @@ class FlowNetwork(Links):
         """Book the bytes ``flow`` moved since it was last touched; ``left`` remain."""
         moved = flow.remaining - left
         flow.delivered += moved
-        carried = self.carried
+        carried = self._carried
         for r in flow.resources.tolist():  # a few resources: cheaper than fancy indexing
             carried[r] += moved
         flow.remaining = left
@@ -420,10 +432,47 @@ class FlowNetwork(Links):
             f.done.succeed()
         self._reschedule()
 
+    def book_later(self, flows: list[Any], devices: NDArray[np.int64]) -> None:
+        """Book the bytes a flow round's finished ``flows`` moved when ``carried`` is next read.
+
+        Each flow has ``job`` (its device is ``devices[job]``), ``stage`` (``stage // 2`` its
+        direction: 0 down, 1 up, as a job plan's ``moved`` columns) and ``delivered``. Booking
+        many rounds at once costs a few array operations per direction, not per round.
+        """
+        self._unbooked.append((flows, devices))
+        self._n_unbooked += len(flows)
+        if self._n_unbooked > 1 << 16:  # bounded memory: book every 65,536 flows at the latest
+            self._book_pending()
+
+    def _book_pending(self) -> None:
+        """Add the bytes of every flow :meth:`book_later` kept to each resource on its path."""
+        if not self._unbooked:
+            return
+        device: list[int] = []
+        up: list[bool] = []
+        moved: list[float] = []
+        for flows, devices in self._unbooked:
+            ids = devices.tolist()
+            device += [ids[f.job] for f in flows]
+            up += [f.stage // 2 == 1 for f in flows]
+            moved += [f.delivered for f in flows]
+        self._unbooked.clear()
+        self._n_unbooked = 0
+        where, is_up, amount = np.array(device, dtype=np.int64), np.array(up), np.array(moved)
+        for name, sel in (("down", ~is_up), ("up", is_up)):
+            if not sel.any():
+                continue
+            paths = self._fleet[name]
+            devices = where[sel]
+            lo = paths.bounds[devices]
+            lengths = paths.bounds[devices + 1] - lo
+            rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+            np.add.at(self._carried, paths.resources[rows], np.repeat(amount[sel], lengths))
+
     def _fall_back(self) -> None:
         """Hand every flow in progress to the reference algorithm, for the rest of the run."""
         reference = ReferenceFlowNetwork(self.env, self.topology)
-        reference.carried = self.carried
+        reference._carried = self.carried  # with the flow rounds' bytes booked
         reference._last = float(self.env.now)
         for flow in list(self._active):
             assert flow.link is not None
