@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl.engine.links import FlowNetwork
-from simfl.network import Network
+from simfl.network import Network, sharing
 from simfl.network.flows import max_min_rates
 from simfl.network.sharing import Member, SharedLink
 from tests.test_links_fast import FlowSpec, assert_same
@@ -243,9 +243,9 @@ def test_routes_are_computed_once_per_device_path():
 def test_due_says_whether_finished_would_take_a_member_out(flows, capacity, gaps):
     """``SharedLink.due(now)`` is ``finished(now)`` being non-empty, without changing the link.
 
-    A flow round skips ``finished`` on links not due (their rebalancing advances them with
-    the same arithmetic), so ``due`` must agree with it exactly, at the link's own next
-    completion (where something is due) and at other instants (where, mostly, nothing is).
+    A wake-up skips ``finished`` on links not due (they are left as they are), so ``due``
+    must agree with it exactly, at the link's own next completion (where something is due)
+    and at other instants (where, mostly, nothing is).
     """
     link = SharedLink(capacity)
     members = [Member(size, cap=cap) for size, cap in flows]
@@ -267,3 +267,63 @@ def test_due_says_whether_finished_would_take_a_member_out(flows, capacity, gaps
             assert due == (bool(out) or stale)  # a stale entry on top: due, to be safe
             link.settle(t)
             now = t
+
+
+def _general_add(link: SharedLink, m: Member, remaining: float, now: float) -> None:
+    """``SharedLink.add`` as its general path: advance, join the level, rebalance."""
+    link._advance(now)
+    m.link = link
+    m.seq = next(sharing._seq)
+    link._to_level(m, remaining)
+    link._rebalance(now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "finish", "remove"]),
+            st.floats(1.0, 100.0),  # bytes (add), or which member (remove)
+            st.floats(0.5, 20.0),  # its own cap
+            st.floats(0.0, 2.0),  # time since the previous step
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_an_unlimited_link_admits_members_as_the_general_path_does(script):
+    """An unlimited link (``capacity`` ``inf``) puts a new member straight into the capped
+    class; the general path (join the level, then the rebalancing's move) gives the same
+    state, float for float: remaining bytes, ends, next completion, finished members."""
+    fast, slow = SharedLink(INF), SharedLink(INF)
+    members: list[tuple[Member, Member]] = []
+    now = 0.0
+    for op, size, cap, gap in script:
+        if op == "finish" and fast.next_at < INF:
+            now = fast.next_at
+            out_fast, out_slow = fast.finished(now), slow.finished(now)
+            assert [members.index((a, b)) for a, b in members if a in out_fast] == [
+                members.index((a, b)) for a, b in members if b in out_slow
+            ]
+            fast.settle(now)
+            slow.settle(now)
+            members = [(a, b) for a, b in members if a.link is not None]
+        else:
+            now += gap
+            if op == "remove" and members:
+                a, b = members.pop(int(size) % len(members))
+                assert fast.remove(a, now) == slow.remove(b, now)
+            elif op != "remove":
+                a, b = Member(size, cap=cap), Member(size, cap=cap)
+                fast.add(a, size, now)
+                _general_add(slow, b, size, now)
+                members.append((a, b))
+        assert fast.next_at == slow.next_at
+        assert (fast.level, fast.n_level, fast.capped_sum) == (
+            slow.level,
+            slow.n_level,
+            slow.capped_sum,
+        )
+        for a, b in members:
+            assert (a.capped, a.t0, a.rem0) == (b.capped, b.t0, b.rem0)
+            assert fast.remaining(a, now) == slow.remaining(b, now)

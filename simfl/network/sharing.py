@@ -191,6 +191,23 @@ class SharedLink:
             self._to_level(m, remaining)
             self.settle(now)
             return
+        if self.capacity == math.inf and not self.n_level and m.cap < math.inf:
+            # an unlimited link: every member is capped by its own link. _to_level and the
+            # rebalancing's move to the capped class in one step, with the same arithmetic
+            # (with no level member the clock is 0.0, so the move's ``key - clock`` is
+            # ``remaining``); the level stays ``inf``, the next completion is the earliest end
+            self.since = now
+            m.link = self
+            m.seq = next(_seq)
+            self._to_capped(m, remaining, now)
+            by_end = self._by_end
+            while by_end:  # _top, inline
+                _, _, ver, first = by_end[0]
+                if first.ver == ver and first.link is not None:
+                    self.next_at = first.t0 + first.rem0 / first.cap
+                    return
+                heapq.heappop(by_end)
+            return  # pragma: no cover - m itself is on the heap
         # a link on its own: _advance, _to_level and _rebalance with the same arithmetic, inline
         level = self.level
         if self.n_level and level != math.inf and level != -math.inf:
