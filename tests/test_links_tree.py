@@ -124,20 +124,26 @@ def test_hierarchies_with_many_unequal_edges_equal_the_reference(script, access,
     assert_same(many_edges(access, edge, cloud), script)
 
 
+def counting_solves(monkeypatch) -> list[float]:
+    """Patch ``SharedLink._rebalance_tree`` to record the instant of every solve."""
+    solved: list[float] = []
+    tree = SharedLink._rebalance_tree
+
+    def counted(self: SharedLink, now: float) -> None:
+        solved.append(now)
+        tree(self, now)
+
+    monkeypatch.setattr(SharedLink, "_rebalance_tree", counted)
+    return solved
+
+
 def test_a_wake_up_solves_each_tree_once(monkeypatch):
     # six edges under a shared cloud link, the cloud carrying no flow of its own: every
     # wake-up that finishes flows on several edges re-solves the up tree once, not per edge
     topo = many_edges([10.0 + d for d in range(DEVICES)], [30.0] * EDGES, 60.0)
     env = simpy.Environment()
     net = FlowNetwork(env, topo)
-    solved: list[SharedLink] = []
-    tree = SharedLink._rebalance_tree
-
-    def counted(self: SharedLink, now: float) -> None:
-        solved.append(self)
-        tree(self, now)
-
-    monkeypatch.setattr(SharedLink, "_rebalance_tree", counted)
+    solved = counting_solves(monkeypatch)
     wake = FlowNetwork._wake
     per_wake: list[int] = []
 
@@ -155,18 +161,6 @@ def test_a_wake_up_solves_each_tree_once(monkeypatch):
     assert len(solved) - sum(per_wake) == DEVICES - 5
     assert max(per_wake) == 1  # each wake-up that finished flows re-solved the tree once
     assert sum(per_wake) >= 1
-
-
-def counting_solves(monkeypatch) -> list[float]:
-    solved: list[float] = []
-    tree = SharedLink._rebalance_tree
-
-    def counted(self: SharedLink, now: float) -> None:
-        solved.append(now)
-        tree(self, now)
-
-    monkeypatch.setattr(SharedLink, "_rebalance_tree", counted)
-    return solved
 
 
 def test_a_cloud_that_never_binds_never_solves_its_tree(monkeypatch):
