@@ -228,20 +228,7 @@ class _Round:
         next ones taken, in order, so they are taken at once.
         """
         at, self.wake_at = self.wake_at, math.inf
-        finished: list[Member] = []
-        touched: list[SharedLink] = []
-        for link in self.links:  # the links whose completion this is, if due, as live
-            if link.next_at <= at and (link.n_level or link.capped) and link.due(now):
-                done = link.finished(now)
-                if done:
-                    finished += done
-                    touched.append(link)
-        if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
-            busy = [link for link in self.links if link.n_level or link.capped]
-            first = min(busy, key=lambda link: link.next_at)
-            finished.append(first.pop_first(now))
-            touched.append(first)
-        SharedLink.settle_wake(touched, now)
+        finished = SharedLink.wake_up(self.links, at, now)
         if len(finished) > 1:
             finished.sort(key=lambda f: f.seq)
         for m in finished:

@@ -410,22 +410,7 @@ class FlowNetwork(Links):
             return  # the flows changed since this completion was scheduled
         at, self._wake_at = self._wake_at, math.inf
         now = float(self.env.now)
-        finished: list[Flow] = []
-        touched: list[SharedLink] = []
-        # the links whose completion this is (``next_at`` the scheduled one), if due; only
-        # the links that lost members are rebalanced
-        for link in self._all:
-            if link.next_at <= at and (link.n_level or link.capped) and link.due(now):
-                done = link.finished(now)
-                if done:
-                    finished += done  # type: ignore[arg-type]
-                    touched.append(link)
-        if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
-            busy = [link for link in self._all if link.n_level or link.capped]
-            first = min(busy, key=lambda link: link.next_at)
-            finished.append(first.pop_first(now))  # type: ignore[arg-type]
-            touched.append(first)
-        SharedLink.settle_wake(touched, now)
+        finished: list[Flow] = SharedLink.wake_up(self._all, at, now)  # type: ignore[assignment]
         finished.sort(key=lambda f: f.seq)
         for f in finished:
             self._release(f, 0.0)

@@ -298,13 +298,30 @@ class SharedLink:
         return True
 
     @staticmethod
-    def settle_wake(touched: list[SharedLink], now: float) -> None:
-        """Rebalance after a wake-up took members off the ``touched`` links.
+    def wake_up(links: list[SharedLink], at: float, now: float) -> list[Member]:
+        """Take out the members done at a completion scheduled for ``at``; settle what changed.
 
-        Only those: every other link keeps its members, classes and next completion. Each is
-        rebalanced as :meth:`settle` does, except that each tree is solved at most once (after
-        the nested links whose own water-filling is the whole solution have been rebalanced).
+        Only the links whose completion it is (``next_at`` at most ``at``) are asked
+        (:meth:`due`, then :meth:`finished`); if rounding left every member a hair short, the
+        soonest one is taken anyway (:meth:`pop_first`). Only the links that lost members are
+        rebalanced, each as :meth:`settle` does, except that each tree is solved at most once
+        (after the nested links whose own water-filling is the whole solution). Every other
+        link keeps its members, classes and next completion. Returns the members taken out,
+        link by link (callers order them by admission, ``seq``).
         """
+        finished: list[Member] = []
+        touched: list[SharedLink] = []
+        for link in links:
+            if link.next_at <= at and (link.n_level or link.capped) and link.due(now):
+                done = link.finished(now)
+                if done:
+                    finished += done
+                    touched.append(link)
+        if not finished:  # rounding: the soonest member is a hair short; finish it anyway
+            busy = [link for link in links if link.n_level or link.capped]
+            first = min(busy, key=lambda link: link.next_at)
+            finished.append(first.pop_first(now))
+            touched.append(first)
         trees: dict[SharedLink, None] = {}
         for link in dict.fromkeys(touched):
             parent = link.parent
@@ -317,6 +334,7 @@ class SharedLink:
                 trees[parent] = None
         for top in trees:
             top._rebalance_tree(now)
+        return finished
 
     def attach(self, child: SharedLink) -> None:
         """Make ``child`` a link below this one (two levels at most)."""
