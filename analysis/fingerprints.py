@@ -10,6 +10,17 @@ A fingerprint hashes each column's name, dtype and values (categoricals by their
 column order, so a renamed, retyped or reordered column counts as a change, as does a value
 that differs in its last bit. ``meta["stop_reason"]`` is recorded beside it for reading diffs.
 
+The last bits depend on the CPU's vector instructions (NumPy's SIMD dispatch of ``log`` and
+``exp``, OpenBLAS's kernels, torch's), so fingerprints are recorded per *kind of CPU*
+(:func:`cpu_kind`: the SIMD levels NumPy dispatches to and OpenBLAS's kernel architecture)
+and compared only on the kind they were recorded on. The first set was written on an AVX2
+machine; on an AVX-512 one (2026-12-03) 72 of its 75 cases differed for the same code, and
+with ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Haswell``
+74 agreed (``neural-fedrep-digits``, whose matrix products are torch's, still differed), so
+the first set is filed under the kind that those settings report. ``--write`` replaces the
+set of the machine's own kind and keeps the others; to check a refactor on a kind that has
+none, write the code before it there first (``--write --file before.json``).
+
 Usage::
 
     python analysis/fingerprints.py --write           # record analysis/results/fingerprints.json
@@ -519,6 +530,34 @@ def catalogue() -> dict[str, Callable[[], Case]]:
     return {**_catalogue(), **_scenario_files()}
 
 
+def cpu_kind() -> str:
+    """The kind of CPU as far as the frames' last bits go: SIMD levels and BLAS kernels.
+
+    NumPy's dispatched SIMD levels (``X86_V3`` for AVX2, ``X86_V4`` and up for AVX-512; what
+    ``NPY_DISABLE_CPU_FEATURES`` leaves) and OpenBLAS's kernel architecture (``threadpoolctl``,
+    which scikit-learn brings; ``OPENBLAS_CORETYPE`` overrides it), e.g. ``"numpy X86_V3;
+    openblas Haswell"``.
+    """
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    simd = "+".join(f for f in __cpu_dispatch__ if __cpu_features__.get(f)) or "baseline"
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - scikit-learn (simfl[neural]) brings it
+        blas = "unknown"
+    else:
+        libs = threadpool_info()
+        arch = {i.get("architecture") for i in libs if i.get("internal_api") == "openblas"}
+        blas = "/".join(sorted(a for a in arch if a)) or "unknown"
+    return f"numpy {simd}; openblas {blas}"
+
+
+def recorded_cases(recorded: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The fingerprints recorded for CPU ``kind`` (None: none for it)."""
+    found: dict[str, Any] | None = recorded.get("cpus", {}).get(kind)
+    return found
+
+
 def fingerprint_case(build: Callable[[], Case]) -> dict[str, Any]:
     """Run one case and fingerprint its frames."""
     import simfl
@@ -550,6 +589,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.only:
         cases = {k: v for k, v in cases.items() if k.startswith(args.only)}
     recorded = json.loads(args.file.read_text()) if args.file.exists() else {}
+    kind = cpu_kind()
+    want_cases = recorded_cases(recorded, kind)
+    if args.check and want_cases is None:
+        kinds = ", ".join(recorded.get("cpus", {})) or "none"
+        print(f"no fingerprints recorded for this CPU ({kind}); recorded: {kinds}")
+        print("write those of the code before a change with --write (see the module docstring)")
+        return 1
     results: dict[str, Any] = {}
     bad: list[str] = []
     for name, build in cases.items():
@@ -558,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = got
         status = ""
         if args.check:
-            want = recorded.get("cases", {}).get(name)
+            want = (want_cases or {}).get(name)
             if want is None:
                 status = "NEW"
             elif (want["rounds"], want["clients"]) != (got["rounds"], got["clients"]):
@@ -576,18 +622,27 @@ def main(argv: list[str] | None = None) -> int:
         import simfl.engine as engine
 
         args.file.parent.mkdir(parents=True, exist_ok=True)
+        if (recorded.get("numpy"), recorded.get("pandas")) != (np.__version__, pd.__version__):
+            recorded = {}  # other versions: the other CPUs' sets are not comparable either
+        cpus = dict(recorded.get("cpus", {}))
+        cpus[kind] = {**(want_cases or {}), **results} if args.only else results
         payload = {
             "written_by": "analysis/fingerprints.py --write",
             "simfl_version": engine.simfl_version(),
             "numpy": np.__version__,
             "pandas": pd.__version__,
-            "cases": results,
+            "cpus": cpus,
         }
         args.file.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(results)} fingerprints to {args.file}")
+        print(f"wrote {len(results)} fingerprints for {kind} to {args.file}")
         return 0
     if bad:
         print(f"{len(bad)} of {len(results)} differ: {', '.join(bad)}")
+        if len(bad) > len(results) // 2:
+            print(
+                "most differ: if the file was written on another kind of CPU, see the module "
+                "docstring (fingerprints depend on its vector instructions)"
+            )
         return 1
     print(f"all {len(results)} fingerprints identical")
     return 0

@@ -5,7 +5,9 @@ frames of every scenario in its catalogue (every policy, network, availability m
 family and playback option, and every file in ``scenarios/``) before the engine was
 restructured. A change that alters any of them on purpose (a bug fix) re-records them and says
 why in its commit. Hashes are bit-exact, so they are compared only where numpy and pandas are
-the versions they were recorded with (otherwise the test is skipped, and says so).
+the versions they were recorded with and on a kind of CPU they were recorded for (the last bits
+follow the CPU's vector instructions: ``fingerprints.cpu_kind``); otherwise the test is
+skipped, and says so.
 """
 
 from __future__ import annotations
@@ -24,11 +26,18 @@ import fingerprints  # noqa: E402
 
 RECORDED = json.loads(fingerprints.OUT.read_text())
 CATALOGUE = fingerprints.catalogue()
+KIND = fingerprints.cpu_kind()
+CASES = fingerprints.recorded_cases(RECORDED, KIND)
 
 
-def test_the_catalogue_is_the_recorded_one():
-    assert sorted(CATALOGUE) == sorted(RECORDED["cases"])
+@pytest.mark.parametrize("kind", sorted(RECORDED["cpus"]))
+def test_the_catalogue_is_the_recorded_one(kind: str):
+    assert sorted(CATALOGUE) == sorted(RECORDED["cpus"][kind])
     assert len(CATALOGUE) >= 30 + 4  # at least 30 built scenarios besides scenarios/*.py
+
+
+def test_the_cpu_kind_names_simd_and_blas():
+    assert KIND.startswith("numpy ") and "; openblas " in KIND
 
 
 @pytest.mark.skipif(
@@ -36,9 +45,15 @@ def test_the_catalogue_is_the_recorded_one():
     reason=f"fingerprints recorded with numpy {RECORDED['numpy']} and pandas "
     f"{RECORDED['pandas']}; bit-exact hashes are not comparable across versions",
 )
+@pytest.mark.skipif(
+    CASES is None,
+    reason=f"no fingerprints recorded for this kind of CPU ({KIND}; recorded: "
+    f"{', '.join(RECORDED['cpus'])}): the last bits follow the CPU's vector instructions",
+)
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
 def test_frames_hash_as_recorded(name: str):
+    assert CASES is not None
     got = fingerprints.fingerprint_case(CATALOGUE[name])
-    want = RECORDED["cases"][name]
+    want = CASES[name]
     assert (got["rounds"], got["clients"]) == (want["rounds"], want["clients"])
     assert got["stop_reason"] == want["stop_reason"]
