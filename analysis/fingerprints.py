@@ -14,10 +14,11 @@ The last bits depend on the CPU's vector instructions (NumPy's SIMD dispatch of 
 ``exp``, OpenBLAS's kernels, torch's), so fingerprints are recorded per *kind of CPU*
 (:func:`cpu_kind`: the SIMD levels NumPy dispatches to and OpenBLAS's kernel architecture)
 and compared only on the kind they were recorded on. The first set was written on an AVX2
-machine; on an AVX-512 one (2026-12-03) 72 of its 75 cases differed for the same code, and
-with ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Haswell``
-74 agreed (``neural-fedrep-digits``, whose matrix products are torch's, still differed), so
-the first set is filed under the kind that those settings report. ``--write`` replaces the
+machine (an AMD EPYC, which the benchmark suite's results name); on an AVX-512 one (an Intel
+Xeon, 2026-12-03) 72 of its 75 cases differed for the same code, and with
+``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Zen`` (or
+``Haswell``) 74 agreed (``neural-fedrep-digits``, whose matrix products are torch's, still
+differed), so the first set is filed under the kind those settings report with ``Zen``. ``--write`` replaces the
 set of the machine's own kind and keeps the others; to check a refactor on a kind that has
 none, write the code before it there first (``--write --file before.json``).
 
@@ -536,7 +537,7 @@ def cpu_kind() -> str:
     NumPy's dispatched SIMD levels (``X86_V3`` for AVX2, ``X86_V4`` and up for AVX-512; what
     ``NPY_DISABLE_CPU_FEATURES`` leaves) and OpenBLAS's kernel architecture (``threadpoolctl``,
     which scikit-learn brings; ``OPENBLAS_CORETYPE`` overrides it), e.g. ``"numpy X86_V3;
-    openblas Haswell"``.
+    openblas Zen"``.
     """
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 

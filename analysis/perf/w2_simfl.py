@@ -168,7 +168,7 @@ def peer_weights(seed: int) -> dict[str, torch.Tensor]:
 
 def scenario(a: argparse.Namespace) -> Scenario:
     """The W2 scenario for parsed flags."""
-    model = CNN.lenet5_classic()
+    model = replace(CNN.lenet5_classic(), conv_kernel=a.conv_kernel)
     net = model.build((1, 28, 28), 10)
     samples = 60000 // (a.clients * a.shards_per_client) * a.shards_per_client
     gmac = a.epochs * samples * net.train_macs(net.layer_names) / GMAC
@@ -202,6 +202,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--profile", type=int, default=0, help="torch profiler's top N to stderr")
+    p.add_argument(
+        "--conv-kernel",
+        default="patches",
+        choices=("patches", "onednn"),
+        help="conv1's kernel (CNN.conv_kernel; default patches)",
+    )
     return p.parse_args(argv)
 
 
