@@ -18,7 +18,10 @@ machine (an AMD EPYC, which the benchmark suite's results name); on an AVX-512 o
 Xeon, 2026-12-03) 72 of its 75 cases differed for the same code, and with
 ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Zen`` (or
 ``Haswell``) 74 agreed (``neural-fedrep-digits``, whose matrix products are torch's, still
-differed), so the first set is filed under the kind those settings report with ``Zen``. ``--write`` replaces the
+differed), so the first set is filed under the kind those settings report (with ``Zen`` too:
+``openblas Haswell``). A machine whose kind has no set of its own is compared with the set of
+its NumPy SIMD levels, if exactly one is recorded (OpenBLAS may name its kernels otherwise
+on the same instructions). ``--write`` replaces the
 set of the machine's own kind and keeps the others; to check a refactor on a kind that has
 none, write the code before it there first (``--write --file before.json``).
 
@@ -537,7 +540,7 @@ def cpu_kind() -> str:
     NumPy's dispatched SIMD levels (``X86_V3`` for AVX2, ``X86_V4`` and up for AVX-512; what
     ``NPY_DISABLE_CPU_FEATURES`` leaves) and OpenBLAS's kernel architecture (``threadpoolctl``,
     which scikit-learn brings; ``OPENBLAS_CORETYPE`` overrides it), e.g. ``"numpy X86_V3;
-    openblas Zen"``.
+    openblas Haswell"``.
     """
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 
@@ -554,9 +557,18 @@ def cpu_kind() -> str:
 
 
 def recorded_cases(recorded: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    """The fingerprints recorded for CPU ``kind`` (None: none for it)."""
-    found: dict[str, Any] | None = recorded.get("cpus", {}).get(kind)
-    return found
+    """The fingerprints recorded for CPU ``kind`` (None: none for it).
+
+    Its own set, else the one set recorded for the same NumPy SIMD levels (the part of
+    ``kind`` before ``;``), else none.
+    """
+    cpus: dict[str, Any] = recorded.get("cpus", {})
+    if kind in cpus:
+        found: dict[str, Any] = cpus[kind]
+        return found
+    simd = kind.split(";")[0]
+    same = [cases for k, cases in cpus.items() if k.split(";")[0] == simd]
+    return same[0] if len(same) == 1 else None
 
 
 def fingerprint_case(build: Callable[[], Case]) -> dict[str, Any]:

@@ -57,3 +57,14 @@ def test_frames_hash_as_recorded(name: str):
     want = CASES[name]
     assert (got["rounds"], got["clients"]) == (want["rounds"], want["clients"])
     assert got["stop_reason"] == want["stop_reason"]
+
+
+def test_a_cpu_kind_without_its_own_set_takes_the_one_of_its_simd_levels():
+    recorded = {
+        "cpus": {"numpy X86_V3; openblas Haswell": {"a": 1}, "numpy X86_V4; openblas S": {}}
+    }
+    assert fingerprints.recorded_cases(recorded, "numpy X86_V3; openblas Haswell") == {"a": 1}
+    assert fingerprints.recorded_cases(recorded, "numpy X86_V3; openblas Zen") == {"a": 1}
+    assert fingerprints.recorded_cases(recorded, "numpy baseline; openblas Zen") is None
+    two = {"cpus": {"numpy X86_V3; openblas A": {}, "numpy X86_V3; openblas B": {}}}
+    assert fingerprints.recorded_cases(two, "numpy X86_V3; openblas C") is None  # ambiguous
