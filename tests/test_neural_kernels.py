@@ -133,12 +133,14 @@ def test_conv_one_channel_refuses_images_that_need_a_gradient():
 
 
 def test_cnn_conv_kernel_picks_the_first_convolution_s_kernel():
-    assert CNN.lenet5_classic().build((1, 28, 28), 10).layers[0].patches
-    onednn = CNN((6, 16), (120, 84), padding=(2, 0), conv_kernel="onednn")
-    assert not any(layer.patches for layer in onednn.build((1, 28, 28), 10).layers)
+    # the default is oneDNN's conv2d (bit for bit torch.nn.Conv2d)
+    assert not any(layer.patches for layer in CNN.lenet5_classic().build((1, 28, 28), 10).layers)
+    patches = CNN((6, 16), (120, 84), padding=(2, 0), conv_kernel="patches")
+    assert patches.build((1, 28, 28), 10).layers[0].patches
     # colour images and the second convolution always take conv2d
-    assert not any(layer.patches for layer in CNN.lenet5().build((3, 32, 32), 10).layers)
-    assert not CNN.lenet5_classic().build((1, 28, 28), 10).layers[1].patches
+    colour = CNN((6, 16), (120, 100), conv_kernel="patches").build((3, 32, 32), 10)
+    assert not any(layer.patches for layer in colour.layers)
+    assert not patches.build((1, 28, 28), 10).layers[1].patches
     with pytest.raises(ValueError, match=r"CNN.conv_kernel"):
         CNN(conv_kernel="im2col")
 
@@ -151,9 +153,9 @@ def test_the_two_kernels_give_the_same_network_to_rounding():
     weight gradient sums 4 x 784 products per weight (order-of-summation differences grow
     about as the square root of the terms). A wrong layer gives errors of order one.
     """
-    spec = CNN.lenet5_classic()
-    net = spec.build((1, 28, 28), 10)
-    ref = CNN((6, 16), (120, 84), padding=(2, 0), conv_kernel="onednn").build((1, 28, 28), 10)
+    net = CNN((6, 16), (120, 84), padding=(2, 0), conv_kernel="patches").build((1, 28, 28), 10)
+    ref = CNN.lenet5_classic().build((1, 28, 28), 10)
+    assert net.layers[0].patches and not ref.layers[0].patches
     gen = torch.Generator().manual_seed(5)
     params = {
         n: v.expand(3, *v.shape).clone().requires_grad_(True) for n, v in net.init(gen).items()

@@ -204,9 +204,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=int, default=0, help="torch profiler's top N to stderr")
     p.add_argument(
         "--conv-kernel",
-        default="patches",
-        choices=("patches", "onednn"),
-        help="conv1's kernel (CNN.conv_kernel; default patches)",
+        default="onednn",
+        choices=("onednn", "patches"),
+        help="conv1's kernel (CNN.conv_kernel; default onednn)",
     )
     return p.parse_args(argv)
 

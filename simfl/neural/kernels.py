@@ -2,7 +2,7 @@
 
 Profiling W2 (LeNet-5 on Fashion-MNIST, batch 50, one thread; issue 13) with the torch
 profiler put much of a training step where PyTorch's CPU kernels run far below what the
-arithmetic needs (a plain ``torch.nn`` step took about 7.7 ms here):
+arithmetic needs (a plain ``torch.nn`` step took about 7.7 ms on an AMD EPYC):
 
 * ``max_pool2d_with_indices`` (forward): about 1.4 ms for ``conv1``'s ``(50, 6, 28, 28)``
   output, 0.5 ms for ``conv2``'s. :func:`pool2_relu` finds each 2x2 window's winner by
@@ -10,18 +10,20 @@ arithmetic needs (a plain ``torch.nn`` step took about 7.7 ms here):
   ``max_pool2d``'s rule for ties), copies its value and lets PyTorch's own
   ``max_pool2d_with_indices_backward`` take the backward pass from those indices. Values and
   gradients are ``relu(max_pool2d(x, 2))``'s bit for bit (``tests/test_neural_kernels.py``);
-  forward and backward of ``conv1``'s output took 0.82 ms against 1.63 ms (measured side by
-  side, one thread).
+  forward and backward of ``conv1``'s output took 0.82 ms against 1.63 ms on the EPYC, 1.0
+  ms against 1.5 ms on the Xeon (measured side by side, one thread).
 * the backward pass of a convolution with one input channel (``conv1`` of a network on grey
   images): oneDNN took 2.7 ms for the weight gradient of ``conv1`` (6 filters of 5x5 over
-  ``(50, 1, 28, 28)``: 5.9 million multiply-accumulates). :func:`conv_one_channel` computes
-  the convolution as a product over the images' 5x5 patches (an *im2col* copy, patch-major)
-  and its weight gradient as a product with the same patches: forward and backward of one
-  client's batch 1.3 ms against oneDNN's 2.4 ms. It sums in another order than oneDNN, so
-  its outputs equal ``conv2d``'s to float32 rounding, not bit for bit; networks trained with
-  it differ from oneDNN-trained ones in their last bits, as under two BLAS builds.
-  ``CNN(conv_kernel="onednn")`` keeps PyTorch's ``conv2d`` (results recorded before this
-  kernel were computed so).
+  ``(50, 1, 28, 28)``: 5.9 million multiply-accumulates) on an AMD EPYC (AVX2).
+  :func:`conv_one_channel` computes the convolution as a product over the images' 5x5
+  patches (an *im2col* copy, patch-major) and its weight gradient as a product with the
+  same patches: forward and backward of one client's batch 1.3 ms against oneDNN's 2.4 ms
+  there, which made W2's training steps about 10% faster; on an Intel Xeon with AVX-512
+  oneDNN's own kernel was as fast in W2 (0.740 s per round against 0.754 with this one, 4
+  interleaved 20-round runs each). It sums in another order than oneDNN, so its outputs
+  equal ``conv2d``'s to float32 rounding, not bit for bit, and networks trained with it
+  differ from oneDNN-trained ones in their last bits (as across CPUs). It is therefore an
+  option, ``CNN(conv_kernel="patches")``; the default stays oneDNN's ``conv2d``.
 
 Convolutions with more input channels stay oneDNN's: for ``conv2`` of LeNet-5 (6 to 16
 channels) the patch copy alone took about as long as oneDNN's whole forward pass.

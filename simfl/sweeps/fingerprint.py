@@ -56,7 +56,7 @@ _ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "simfl.fleet.Fleet": {"labels": None, "energy": None},
     "simfl.fleet.Profile": {"energy": None},
     "simfl.neural.task.ImageClassification": {"device": "cpu", "threads": 1},
-    "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "patches"},
+    "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "onednn"},
 }
 
 
