@@ -638,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         if (recorded.get("numpy"), recorded.get("pandas")) != (np.__version__, pd.__version__):
             recorded = {}  # other versions: the other CPUs' sets are not comparable either
         cpus = dict(recorded.get("cpus", {}))
-        cpus[kind] = {**(want_cases or {}), **results} if args.only else results
+        # --only adds to this kind's own set (not to another kind's it was compared with)
+        cpus[kind] = {**cpus.get(kind, {}), **results} if args.only else results
         payload = {
             "written_by": "analysis/fingerprints.py --write",
             "simfl_version": engine.simfl_version(),

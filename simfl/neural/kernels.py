@@ -32,6 +32,7 @@ channels) the patch copy alone took about as long as oneDNN's whole forward pass
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
@@ -86,12 +87,12 @@ class _MaxPool2(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, relu: bool) -> Tensor:
         n, c, height, width = x.shape
-        a, b, cc, d = _windows(x)
-        top, bottom = torch.maximum(a, b), torch.maximum(cc, d)
         if not bool(torch.isfinite(x.sum())):  # a NaN (or an infinity) somewhere
             pooled = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
             out, index = cast(Tensor, pooled[0]), cast(Tensor, pooled[1])
         else:
+            a, b, cc, d = _windows(x)
+            top, bottom = torch.maximum(a, b), torch.maximum(cc, d)
             # the first maximum of the window's corners a, b, c, d in row-major order
             low = top < bottom  # it is in the bottom row
             right = (a < b) ^ (low & ((cc < d) ^ (a < b)))  # it is in the right column
@@ -158,19 +159,12 @@ class _ConvOneChannel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, planes: Tensor, weight: Tensor, bias: Tensor, kernel: int) -> Tensor:
-        clients, batch, height, width = planes.shape
-        out, kk = weight.shape[1], kernel * kernel
-        h, w = height - kernel + 1, width - kernel + 1
-        step = max(1, min(batch, _PIXELS // (h * w)))
-        y = planes.new_empty(clients, batch, out, h * w)
-        buf = _buffer((step, kernel, kernel, h, w), planes)
-        for c in range(clients):
-            for i in range(0, batch, step):
-                n = min(step, batch - i)
-                patches = buf[:n]
-                patches.copy_(_patch_view(planes[c, i : i + n], kernel))
-                filters = weight[c].expand(n, out, kk)
-                torch.bmm(filters, patches.view(n, kk, h * w), out=y[c, i : i + n])
+        clients, batch = planes.shape[:2]
+        out = weight.shape[1]
+        y = planes.new_empty(clients, batch, out, _outputs(planes, kernel))
+        for c, i, n, patches in _pieces(planes, kernel):
+            filters = weight[c].expand(n, out, kernel * kernel)
+            torch.bmm(filters, patches, out=y[c, i : i + n])
         y.add_(bias.view(clients, 1, out, 1))
         ctx.kernel = kernel
         ctx.save_for_backward(planes)
@@ -180,20 +174,33 @@ class _ConvOneChannel(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, None]:
         (planes,) = ctx.saved_tensors
         kernel = ctx.kernel
-        clients, batch, height, width = planes.shape
-        out, kk = grad.shape[2], kernel * kernel
-        h, w = height - kernel + 1, width - kernel + 1
-        step = max(1, min(batch, _PIXELS // (h * w)))
-        buf = _buffer((step, kernel, kernel, h, w), planes)
-        grad_w = grad.new_zeros(clients, out, kk)
-        for c in range(clients):
-            for i in range(0, batch, step):
-                n = min(step, batch - i)
-                patches = buf[:n]
-                patches.copy_(_patch_view(planes[c, i : i + n], kernel))
-                prods = torch.bmm(grad[c, i : i + n], patches.view(n, kk, h * w).transpose(1, 2))
-                grad_w[c] += prods.sum(0)
+        grad_w = grad.new_zeros(planes.shape[0], grad.shape[2], kernel * kernel)
+        for c, i, n, patches in _pieces(planes, kernel):
+            grad_w[c] += torch.bmm(grad[c, i : i + n], patches.transpose(1, 2)).sum(0)
         return None, grad_w, grad.sum((1, 3)), None
+
+
+def _outputs(planes: Tensor, kernel: int) -> int:
+    """Output pixels per image of a ``kernel``-wide convolution of ``(..., H, W)`` planes."""
+    return (planes.shape[-2] - kernel + 1) * (planes.shape[-1] - kernel + 1)
+
+
+def _pieces(planes: Tensor, kernel: int) -> Iterator[tuple[int, int, int, Tensor]]:
+    """``(client, first image, images, patches)`` of ``(C, B, H, W)`` planes, piece by piece.
+
+    ``patches`` is ``(images, kernel * kernel, pixels)``, copied into the calling thread's
+    buffer (:func:`_buffer`): valid until the next piece.
+    """
+    clients, batch, height, width = planes.shape
+    h, w = height - kernel + 1, width - kernel + 1
+    step = max(1, min(batch, _PIXELS // (h * w)))
+    buf = _buffer((step, kernel, kernel, h, w), planes)
+    for c in range(clients):
+        for i in range(0, batch, step):
+            n = min(step, batch - i)
+            patches = buf[:n]
+            patches.copy_(_patch_view(planes[c, i : i + n], kernel))
+            yield c, i, n, patches.view(n, kernel * kernel, h * w)
 
 
 def conv_one_channel(x: Tensor, weight: Tensor, bias: Tensor, padding: int) -> Tensor:
