@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -67,6 +67,8 @@ _LATENCY_DOWN, _COMPUTE, _LATENCY_UP, _DONE, _TIMEOUT, _EITHER, _RESUME, _ROUND_
 )
 _NAN = math.nan
 _next_at = attrgetter("next_at")
+_seq_of = attrgetter("seq")
+_order_of = itemgetter(1)
 
 
 class RoundRecord(Protocol):
@@ -99,6 +101,7 @@ class _Transfer(Member):
     def __init__(self, size: float, cap: float, job: int, stage: int):
         # Member.__init__, inline (a flow round makes two of these per job)
         self.size = size
+        self.tol = TOLERANCE * (1.0 if size < 1.0 else size)  # max(size, 1.0), no call
         self.cap = cap
         self.link = None
         self.capped = False
@@ -135,7 +138,7 @@ class _Round:
         self.active: list[float] = plan.active_since.tolist()
         self.progress: list[int] = plan.progress.tolist()
         self.moved: list[list[float]] = plan.moved.tolist()
-        n = plan.size
+        n = self.n_jobs = plan.size
         self.busy = [0.0] * n  # busy seconds used so far
         self.began = [0.0] * n  # when the transfer segment in progress began
         self.fail_at = [math.inf] * n  # when that segment's failure clock runs out
@@ -195,10 +198,11 @@ class _Round:
         if t == self.wake_at:
             return
         self.wake_at = t
-        if math.isinf(t):
+        if t == math.inf:  # next_at is never -inf
             self.alarm = None
         else:
-            self.alarm = (now + max(t - now, 0.0), self.order)
+            ahead = t - now  # max(t - now, 0.0), without the call
+            self.alarm = (now + (ahead if ahead > 0.0 else 0.0), self.order)
             self.order += 1
 
     def _carry(self, m: _Transfer, left: float) -> None:
@@ -230,9 +234,8 @@ class _Round:
         at, self.wake_at = self.wake_at, math.inf
         finished = SharedLink.wake_up(self.links, at, now)
         if len(finished) > 1:
-            finished.sort(key=lambda f: f.seq)
-        for m in finished:
-            assert isinstance(m, _Transfer)
+            finished.sort(key=_seq_of)
+        for m in finished:  # every member of a flow round's links is a _Transfer
             m.delivered += m.remaining  # _carry(m, 0.0), inline
             m.remaining = 0.0
             m.done = True
@@ -244,8 +247,33 @@ class _Round:
             return
         self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
+        busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
+        began, flows = self.began, self.flows
         for m in finished:
-            self._done(m, now)  # type: ignore[arg-type]
+            if m.race:  # type: ignore[attr-defined]
+                self._fire(m, now)  # type: ignore[arg-type]
+                continue
+            # _resumed(m, now) of a flow that is done, then _stage_done(j, True, now), inline
+            j = m.job  # type: ignore[attr-defined]
+            took = now - began[j]
+            busy[j] += took
+            spent[j][m.stage] += took  # type: ignore[attr-defined]
+            flows[j] = None
+            s = progress[j] = progress[j] + 1
+            if s == 1:  # _timed(j, 1, compute, now), inline
+                active[j] = now
+                stop = now + (self.fail_after[j] - busy[j])
+                seconds = self.compute[j]
+                done = now + seconds <= stop
+                used = seconds if done else stop - now
+                heapq.heappush(self.heap, (now + used, self.order, _COMPUTE, j, used, done))
+                self.order += 1
+            elif s == 2:  # pragma: no cover - a transfer is never the compute stage
+                active[j] = now
+                self._timed(j, 2, self.latency[j], now)
+            else:
+                active[j] = _NAN
+                self._resolve(j, True, now)
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -278,9 +306,13 @@ class _Round:
         else:
             heap[:] = [entry for entry in heap if entry[0] != t0]
             heapq.heapify(heap)
-        due.sort(key=lambda entry: entry[1])
-        for _, _, kind, j, used, done in due:
-            self._timed_over(j, kind, used, done, t0)
+        due.sort(key=_order_of)
+        busy, spent, active = self.busy, self.spent, self.active
+        for _, _, _, j, used, _ in due:  # _timed_over(j, 0, used, True, t0), inline
+            busy[j] += used
+            spent[j][0] += used
+            active[j] = t0
+            self._begin(j, 0, t0)
 
     def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
         self.busy[j] += used
@@ -292,15 +324,47 @@ class _Round:
             self.moved[j][s // 2] = 0.0
             self._stage_done(j, False, now)
         else:
-            up = s // 2
+            self._begin(j, s, now)
+
+    def _begin(self, j: int, s: int, now: float) -> None:
+        """Job ``j``'s transfer after the latency stage ``s``: it starts on its link.
+
+        :meth:`_route`, :meth:`_admit`, :meth:`_reschedule` and :meth:`_wait` with their
+        common cases inline (the same arithmetic).
+        """
+        up = s // 2
+        contended = self.net.flow_links.get(self.pairs[up][j], -1)
+        link: SharedLink | None
+        if contended >= 0:  # _route(j, up), its common case inline
+            link, cap = self.net._links[contended], self.caps[up][j]
+        else:
             link, cap = self._route(j, up)
-            m = _Transfer(self.sizes[up][j], cap, j, s)
-            self.transfers.append(m)
-            if self._admit(m, link, now):
-                self._stage_done(j, True, now)
+        m = _Transfer(self.sizes[up][j], cap, j, s)
+        self.transfers.append(m)
+        if link is None or m.remaining <= m.tol:  # m.done_by
+            self._admit(m, link, now)
+            self._stage_done(j, True, now)
+            return
+        link.add(m, m.remaining, now)
+        at = min(map(_next_at, self.links))  # _reschedule(now), inline
+        if at != self.wake_at:
+            self.wake_at = at
+            if at == math.inf:
+                self.alarm = None
             else:
-                self.flows[j] = m
-                self._wait(m, now)
+                ahead = at - now  # max(at - now, 0.0), without the call
+                self.alarm = (now + (ahead if ahead > 0.0 else 0.0), self.order)
+                self.order += 1
+        self.flows[j] = m
+        # _wait(m, now), inline
+        self.began[j] = now
+        self.active[j] = now
+        fail_at = self.fail_at[j] = now + (self.fail_after[j] - self.busy[j])
+        m.segment = 1
+        if fail_at != math.inf:  # fail_at is never -inf
+            m.race = True
+            heapq.heappush(self.heap, (now + (fail_at - now), self.order, _TIMEOUT, j, m, 1))
+            self.order += 1
 
     def _wait(self, m: _Transfer, now: float) -> None:
         """A segment of the transfer: until it is done or the failure clock runs out."""
@@ -383,7 +447,7 @@ class _Round:
         self.t_end[j] = now
         rnd.n_arrived += arrived
         rnd.n_resolved += 1
-        if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.plan.size:
+        if rnd.n_arrived >= rnd.quota or rnd.n_resolved == self.n_jobs:
             rnd.closed = True
             self._push(now, _ROUND_DONE, -1)  # the "round done" event
 
@@ -404,18 +468,25 @@ class _Round:
         if deadline is not None:
             self.deadline = True
             self._push(t0 + deadline, _DEADLINE, -1)
+        # _timed(j, 0, latency, t0) of every job, inline; the heap made at once (entries are
+        # told apart by their order, so the heap's layout does not change what it hands out)
+        heap, order = self.heap, self.order
+        active, busy, fail_after, latency = self.active, self.busy, self.fail_after, self.latency
         for j in range(n):
-            self._timed(j, 0, self.latency[j], t0)
+            active[j] = t0
+            seconds = latency[j]
+            stop = t0 + (fail_after[j] - busy[j])
+            done = t0 + seconds <= stop
+            used = seconds if done else stop - t0
+            heap.append((t0 + used, order, _LATENCY_DOWN, j, used, done))
+            order += 1
+        heapq.heapify(heap)
+        self.order = order
         if deadline is None or deadline > 0.0:
             self._start_at_once(t0)
         # the common steps are inline (the same arithmetic as the methods they stand for)
-        heap, links = self.heap, self.links
         pop, push = heapq.heappop, heapq.heappush
-        busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
-        fail_after, latency = self.fail_after, self.latency
-        sizes, flows, began = self.sizes, self.flows, self.began
-        pairs, caps, known = self.pairs, self.caps, self.net.flow_links
-        transfers, links_of = self.transfers, self.net._links
+        spent, progress = self.spent, self.progress
         inf = math.inf
         while True:
             alarm = self.alarm
@@ -468,40 +539,7 @@ class _Round:
                     busy[j] += a
                     spent[j][kind] += a
                     active[j] = t
-                up = kind // 2
-                contended = known.get(pairs[up][j], -1)
-                link: SharedLink | None
-                if contended >= 0:  # _route(j, up), its common case inline
-                    link, cap = links_of[contended], caps[up][j]
-                else:
-                    link, cap = self._route(j, up)
-                m = _Transfer(sizes[up][j], cap, j, kind)
-                transfers.append(m)
-                if link is None or m.remaining <= TOLERANCE * max(m.size, 1.0):  # m.done_by
-                    self._admit(m, link, t)
-                    self._stage_done(j, True, t)
-                    continue
-                link.add(m, m.remaining, t)
-                # _reschedule
-                at = min(map(_next_at, links))
-                if at != self.wake_at:
-                    self.wake_at = at
-                    if at == inf:
-                        self.alarm = None
-                    else:
-                        ahead = at - t  # max(at - t, 0.0), without the call
-                        self.alarm = (t + (ahead if ahead > 0.0 else 0.0), self.order)
-                        self.order += 1
-                flows[j] = m
-                # _wait
-                began[j] = t
-                active[j] = t
-                fail_at = self.fail_at[j] = t + (fail_after[j] - busy[j])
-                m.segment = 1
-                if fail_at != inf:
-                    m.race = True
-                    push(heap, (t + (fail_at - t), self.order, _TIMEOUT, j, m, 1))
-                    self.order += 1
+                self._begin(j, kind, t)
             elif kind <= _LATENCY_UP:
                 self._timed_over(j, kind, a, b, t)
             elif kind == _DONE:

@@ -33,7 +33,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.network.flows import max_min_rates
-from simfl.network.sharing import TOLERANCE, Member, SharedLink
+from simfl.network.sharing import Member, SharedLink
 from simfl.network.topology import Topology
 
 __all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
@@ -136,10 +136,7 @@ class ReferenceFlowNetwork(Links):
     def resume(self, flow: Flow) -> None:
         """(Re)admit a flow to the network."""
         self._advance()
-        if (
-            flow.remaining <= TOLERANCE * max(flow.size, 1.0)
-            or np.isinf(self.capacity[flow.resources]).all()
-        ):
+        if flow.remaining <= flow.tol or np.isinf(self.capacity[flow.resources]).all():
             flow.delivered += flow.remaining
             self._carried[flow.resources] += flow.remaining
             flow.remaining = 0.0
@@ -185,7 +182,7 @@ class ReferenceFlowNetwork(Links):
         if token != self._token:
             return  # the flows changed since this completion was scheduled
         self._advance()
-        finished = [f for f in self.flows if f.remaining <= TOLERANCE * max(f.size, 1.0)]
+        finished = [f for f in self.flows if f.remaining <= f.tol]
         if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
             finished = [min(self.flows, key=lambda f: f.remaining / max(f.rate, 1e-300))]
         for f in finished:

@@ -54,10 +54,12 @@ _seq = count()
 class Member:
     """A flow's place on a :class:`SharedLink` (its bookkeeping; subclassed by flows)."""
 
-    __slots__ = ("cap", "capped", "key", "link", "rem0", "seq", "size", "t0", "ver")
+    __slots__ = ("cap", "capped", "key", "link", "rem0", "seq", "size", "t0", "tol", "ver")
 
     def __init__(self, size: float, cap: float = math.inf) -> None:
         self.size = float(size)
+        #: bytes left that count as none (:meth:`done_by`), worked out once
+        self.tol = TOLERANCE * max(self.size, 1.0)  # (_Transfer works it out inline)
         #: its own limit (bytes/s) besides the shared link
         self.cap = float(cap)
         self.link: SharedLink | None = None
@@ -70,7 +72,7 @@ class Member:
 
     def done_by(self, remaining: float) -> bool:
         """Whether ``remaining`` bytes left count as none (relative tolerance ``1e-9``)."""
-        return remaining <= TOLERANCE * max(self.size, 1.0)
+        return remaining <= self.tol
 
 
 Entry = tuple[float, int, int, Member]
@@ -137,14 +139,19 @@ class SharedLink:
             _, _, ver, top = by_key[0]
             if top.ver != ver or top.link is None:
                 return True
-            if top.key - self._clock_at(now) <= TOLERANCE * max(top.size, 1.0):
+            level = self.level  # _clock_at(now), inline
+            if self.n_level == 0 or level == math.inf or level == -math.inf:
+                clock = self.clock
+            else:
+                clock = self.clock + level * (now - self.since)
+            if top.key - clock <= top.tol:
                 return True
         by_end = self._by_end
         if by_end:
             _, _, ver, top = by_end[0]
             if top.ver != ver or top.link is None:
                 return True
-            if top.rem0 - top.cap * (now - top.t0) <= TOLERANCE * max(top.size, 1.0):
+            if top.rem0 - top.cap * (now - top.t0) <= top.tol:
                 return True
         return False
 
@@ -155,7 +162,10 @@ class SharedLink:
         arithmetic: once the link is advanced, a level member's remaining bytes are
         ``key - clock``).
         """
-        self._advance(now)
+        level = self.level  # _advance(now), inline
+        if self.n_level and level != math.inf and level != -math.inf:
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
         out: list[Member] = []
         pop = heapq.heappop
         by_key = self._by_key
@@ -165,9 +175,17 @@ class SharedLink:
                 pop(by_key)
                 continue
             # remaining(top, now): the link is at ``now``, so _clock_at(now) is the clock
-            if not top.key - self.clock <= TOLERANCE * max(top.size, 1.0):
+            if not top.key - self.clock <= top.tol:
                 break
-            self._drop(top)
+            # _drop(top) of a level member, inline
+            self._bounds_at = None
+            top.ver += 1
+            self.n_level -= 1
+            top.link = None
+            if self.n_level == 0:
+                self.clock = 0.0
+                by_key.clear()
+                self._by_low.clear()
             out.append(top)
         by_end = self._by_end
         while by_end:
@@ -175,7 +193,7 @@ class SharedLink:
             if top.ver != ver or top.link is None:
                 pop(by_end)
                 continue
-            if not top.rem0 - top.cap * (now - top.t0) <= TOLERANCE * max(top.size, 1.0):
+            if not top.rem0 - top.cap * (now - top.t0) <= top.tol:
                 break
             self._drop(top)
             out.append(top)
@@ -323,7 +341,7 @@ class SharedLink:
             finished.append(first.pop_first(now))
             touched.append(first)
         trees: dict[SharedLink, None] = {}
-        for link in dict.fromkeys(touched):
+        for link in touched:  # each link at most once
             parent = link.parent
             if parent is None:
                 if link.children:
@@ -344,9 +362,10 @@ class SharedLink:
 
     # ----------------------------------------------------------------- internals
     def _clock_at(self, now: float) -> float:
-        if self.n_level == 0 or math.isinf(self.level):
+        level = self.level
+        if self.n_level == 0 or level == math.inf or level == -math.inf:  # isinf, no call
             return self.clock
-        return self.clock + self.level * (now - self.since)
+        return self.clock + level * (now - self.since)
 
     def _advance(self, now: float) -> None:
         self.clock = self._clock_at(now)
