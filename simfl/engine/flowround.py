@@ -232,32 +232,41 @@ class _Round:
         next ones taken, in order, so they are taken at once.
         """
         at, self.wake_at = self.wake_at, math.inf
-        finished = SharedLink.wake_up(self.links, at, now)
+        # every member of a flow round's links is a _Transfer
+        finished: list[_Transfer] = SharedLink.wake_up(self.links, at, now)  # type: ignore[assignment]
         if len(finished) > 1:
             finished.sort(key=_seq_of)
-        for m in finished:  # every member of a flow round's links is a _Transfer
+        for m in finished:
             m.delivered += m.remaining  # _carry(m, 0.0), inline
             m.remaining = 0.0
             m.done = True
         heap = self.heap
         if self.closes is not None or (heap and heap[0][0] <= now):
             for m in finished:
-                self._push(now, _DONE, m.job, m)  # type: ignore[attr-defined]
+                self._push(now, _DONE, m.job, m)
             self._reschedule(now)
             return
         self.order += len(finished)  # the ``done`` events' ids
-        self._reschedule(now)
+        t = min(map(_next_at, self.links))  # _reschedule(now), inline
+        if t != self.wake_at:
+            self.wake_at = t
+            if t == math.inf:
+                self.alarm = None
+            else:
+                ahead = t - now  # max(t - now, 0.0), without the call
+                self.alarm = (now + (ahead if ahead > 0.0 else 0.0), self.order)
+                self.order += 1
         busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
         began, flows = self.began, self.flows
         for m in finished:
-            if m.race:  # type: ignore[attr-defined]
-                self._fire(m, now)  # type: ignore[arg-type]
+            if m.race:
+                self._fire(m, now)
                 continue
             # _resumed(m, now) of a flow that is done, then _stage_done(j, True, now), inline
-            j = m.job  # type: ignore[attr-defined]
+            j = m.job
             took = now - began[j]
             busy[j] += took
-            spent[j][m.stage] += took  # type: ignore[attr-defined]
+            spent[j][m.stage] += took
             flows[j] = None
             s = progress[j] = progress[j] + 1
             if s == 1:  # _timed(j, 1, compute, now), inline

@@ -202,14 +202,8 @@ class SharedLink:
     # ----------------------------------------------------------------- changes
     def add(self, m: Member, remaining: float, now: float) -> None:
         """Admit ``m`` with ``remaining`` bytes at ``now``, then rebalance the level."""
-        if self.parent is not None or self.children:
-            self._advance(now)
-            m.link = self
-            m.seq = next(_seq)
-            self._to_level(m, remaining)
-            self.settle(now)
-            return
-        if self.capacity == math.inf and not self.n_level and m.cap < math.inf:
+        nested = self.parent is not None or bool(self.children)
+        if not nested and self.capacity == math.inf and not self.n_level and m.cap < math.inf:
             # an unlimited link: every member is capped by its own link. _to_level and the
             # rebalancing's move to the capped class in one step, with the same arithmetic
             # (with no level member the clock is 0.0, so the move's ``key - clock`` is
@@ -226,7 +220,7 @@ class SharedLink:
                     return
                 heapq.heappop(by_end)
             return  # pragma: no cover - m itself is on the heap
-        # a link on its own: _advance, _to_level and _rebalance with the same arithmetic, inline
+        # _advance and _to_level with the same arithmetic, inline
         level = self.level
         if self.n_level and level != math.inf and level != -math.inf:
             self.clock = self.clock + level * (now - self.since)
@@ -240,7 +234,10 @@ class SharedLink:
         self.n_level += 1
         heapq.heappush(self._by_key, (key, seq, ver, m))
         heapq.heappush(self._by_low, (m.cap, seq, ver, m))
-        self._rebalance(now)
+        if nested:
+            self.settle(now)
+        else:
+            self._rebalance(now)
 
     def remove(self, m: Member, now: float) -> float:
         """Take ``m`` out at ``now``; return its remaining bytes. Rebalances the level."""
