@@ -43,6 +43,7 @@ def _contended_star(n: int = 40, rounds: int = 3) -> Scenario:
     )
 
 
+@pytest.mark.pure_python
 def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every wake-up of the network in a flow round finishes flows; frames stay identical."""
     live_wakes: list[bool] = []  # whether each live wake-up was the current one

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1] / "simfl"
 
 LAYERS = {
     "_checks": 0,
+    "_native": 0,  # which build of the compiled modules runs (imports nothing of simfl)
     "rng": 0,
     "dists": 0,
     "outcome": 0,

@@ -14,6 +14,7 @@ import math
 
 import networkx as nx
 import numpy as np
+import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -137,6 +138,7 @@ def counting_solves(monkeypatch) -> list[float]:
     return solved
 
 
+@pytest.mark.pure_python
 def test_a_wake_up_solves_each_tree_once(monkeypatch):
     # six edges under a shared cloud link, the cloud carrying no flow of its own: every
     # wake-up that finishes flows on several edges re-solves the up tree once, not per edge
@@ -163,6 +165,7 @@ def test_a_wake_up_solves_each_tree_once(monkeypatch):
     assert sum(per_wake) >= 1
 
 
+@pytest.mark.pure_python
 def test_a_cloud_that_never_binds_never_solves_its_tree(monkeypatch):
     # the access links (10..27 up, three times that down) sum to 333 up: a cloud of 400 up
     # (800 down) never binds, so every edge is settled as a link on its own; the results
@@ -186,6 +189,7 @@ def test_a_cloud_that_never_binds_never_solves_its_tree(monkeypatch):
     assert solved == []
 
 
+@pytest.mark.pure_python
 def test_saturated_edges_that_stay_saturated_are_settled_without_the_tree(monkeypatch):
     # edges 0-4 carry 5 each (any flow saturates them: their level is at most 5), edge 5
     # carries 1000 under a cloud of 60 that its three flows (cap 100 each) make bind at
@@ -207,6 +211,7 @@ def test_saturated_edges_that_stay_saturated_are_settled_without_the_tree(monkey
     assert all(child.saturated for child in cloud.children[1:])  # edges 0-4 (edge 5 first)
 
 
+@pytest.mark.pure_python
 def test_routes_are_computed_once_per_device_path():
     topo = many_edges([10.0] * DEVICES, [30.0] * EDGES, 60.0)
     env = simpy.Environment()

@@ -12,7 +12,10 @@ simulated per second of host time by
   link is the bottleneck for most devices and the access link for the slowest), exact max-min
   fair sharing; and on a hierarchy (10 edge servers whose links to the cloud are shared, under
   a cloud link that is shared too: two nested levels);
-* the reference algorithm (``run(..., reference_links=True)``), for scale, in the notes.
+* the reference algorithm (``run(..., reference_links=True)``), for scale, in the notes;
+* the same simfl rounds on the Python sources of the modules mypyc compiles (a subprocess with
+  ``SIMFL_PURE_PYTHON=1``, interleaved with the others), in the notes, where the compiled ones
+  run (``simfl._native``).
 
 Host time is taken between the first and the last aggregation (``run(progress=callable)``),
 so building the topology (once per run) is left out; the bare loop has no set-up.
@@ -25,7 +28,9 @@ hierarchy alike), and a round of 10,000 devices in under 1 s of host time.
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -134,6 +139,22 @@ def simfl_rounds(
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
+def pure_rounds(cohort: int, rounds: int, kind: str, seed: int) -> float | None:
+    """:func:`simfl_rounds` on the Python sources (``None`` where they are what runs anyway)."""
+    from simfl import _native
+
+    if not _native.ACTIVE:
+        return None
+    done = subprocess.run(
+        [sys.executable, __file__, "--pure-rounds", str(cohort), str(rounds), kind, str(seed)],
+        env={**os.environ, "SIMFL_PURE_PYTHON": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout.split()[-1])
+
+
 def bare_rounds(cohort: int, rounds: int, seed: int = 0) -> float:
     """Host seconds per round of the bare loop."""
     t = time.perf_counter()
@@ -173,12 +194,26 @@ def measure(
     rows = []
     for cohort, rounds, goal in sizes:
         for kind in ("star", "nested"):  # the goals hold for hierarchies likewise
-            simfl_s, bare_s = [], []
+            simfl_s, bare_s, pure_s = [], [], []
             for rep in range(repeats):
                 bare_s.append(bare_rounds(cohort, max(rounds, 10), rep))
                 simfl_s.append(simfl_rounds(cohort, rounds + 1, kind, rep))
+                pure_s.append(pure_rounds(cohort, rounds + 1, kind, rep))
             ref = simfl_rounds(cohort, 2, kind, 0, reference=True)
             speedup = ref / statistics.median(simfl_s)
+            note = f"reference algorithm {ref * 1e3:.0f} ms/round: fast path {speedup:.1f}x"
+            if None not in pure_s:
+                pure = [p for p in pure_s if p is not None]
+                compiled = statistics.median(p / s for p, s in zip(pure, simfl_s, strict=True))
+                to_bare = statistics.median(b / p for p, b in zip(pure, bare_s, strict=True))
+                note += (
+                    f"; Python sources (not compiled) {round(cohort / statistics.median(pure))} "
+                    f"device-jobs/s, ratio {to_bare:.3f}: compiled {compiled:.2f}x"
+                )
+            else:
+                from simfl import _native
+
+                note += f"; not compiled here ({_native.WHY_PURE})"
             where = (
                 "a star (server link shared)"
                 if kind == "star"
@@ -191,7 +226,7 @@ def measure(
                     bare_s,
                     cohort,
                     goal,
-                    f"reference algorithm {ref * 1e3:.0f} ms/round: fast path {speedup:.1f}x",
+                    note,
                 )
             )
     if big is None:
@@ -204,10 +239,10 @@ def measure(
         {
             "target": "7 shared links, one big round",
             "setting": f"{big:,} devices in one round on a star with unequal access links",
-            "simfl": round(per_round, 3),
+            "simfl": shown(per_round, 4, at_least=False),
             "baseline": 1.0,
             "unit": "s per round (host)",
-            "ratio": round(per_round, 3),
+            "ratio": shown(per_round, 4, at_least=False),
             "goal": "< 1 s",
             "passed": per_round < 1.0,
             "note": f"on the two-level hierarchy (edge and cloud links shared): "
@@ -218,5 +253,9 @@ def measure(
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--pure-rounds"]:  # pure_rounds's subprocess
+        cohort, rounds, kind, seed = sys.argv[2:6]
+        print(simfl_rounds(int(cohort), int(rounds), kind, int(seed)))
+        sys.exit(0)
     args = parser(__doc__).parse_args()
     report(measure(args.quick, args.repeats), args.out, "links_throughput")

@@ -134,10 +134,12 @@ class _Round:
             plan.size_down.tolist(),
             plan.size_up.tolist(),
         )
-        self.spent: list[list[float]] = plan.spent.tolist()
+        #: per stage, each job's busy seconds in it (``plan.spent`` by columns: cheaper to
+        #: convert than rows of three)
+        self.spent: list[list[float]] = plan.spent.T.tolist()
         self.active: list[float] = plan.active_since.tolist()
         self.progress: list[int] = plan.progress.tolist()
-        self.moved: list[list[float]] = plan.moved.tolist()
+        self.moved: list[list[float]] = plan.moved.T.tolist()  # per direction, by job
         n = self.n_jobs = plan.size
         self.busy = [0.0] * n  # busy seconds used so far
         self.began = [0.0] * n  # when the transfer segment in progress began
@@ -266,7 +268,7 @@ class _Round:
             j = m.job
             took = now - began[j]
             busy[j] += took
-            spent[j][m.stage] += took
+            spent[m.stage][j] += took
             flows[j] = None
             s = progress[j] = progress[j] + 1
             if s == 1:  # _timed(j, 1, compute, now), inline
@@ -319,18 +321,18 @@ class _Round:
         busy, spent, active = self.busy, self.spent, self.active
         for _, _, _, j, used, _ in due:  # _timed_over(j, 0, used, True, t0), inline
             busy[j] += used
-            spent[j][0] += used
+            spent[0][j] += used
             active[j] = t0
             self._begin(j, 0, t0)
 
     def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
         self.busy[j] += used
-        self.spent[j][s] += used
+        self.spent[s][j] += used
         self.active[j] = now
         if s == 1:
             self._stage_done(j, done, now)
         elif not done:  # the device failed during the path's latency
-            self.moved[j][s // 2] = 0.0
+            self.moved[s // 2][j] = 0.0
             self._stage_done(j, False, now)
         else:
             self._begin(j, s, now)
@@ -405,7 +407,7 @@ class _Round:
         j = m.job
         took = now - self.began[j]
         self.busy[j] += took
-        self.spent[j][m.stage] += took
+        self.spent[m.stage][j] += took
         self.active[j] = now
         if m.done:
             self.flows[j] = None
@@ -416,7 +418,7 @@ class _Round:
         self._reschedule(now)
         if now >= self.fail_at[j] or self.abort:
             self.flows[j] = None
-            self.moved[j][m.stage // 2] = m.delivered
+            self.moved[m.stage // 2][j] = m.delivered
             self._stage_done(j, False, now)
         else:  # a hair short of the failure (rounding): paused, and resumed at once
             self.active[j] = _NAN
@@ -522,7 +524,7 @@ class _Round:
             _, _, kind, j, a, b = pop(heap)
             if kind <= _LATENCY_UP and b:  # a timed stage over: _timed_over
                 busy[j] += a
-                spent[j][kind] += a
+                spent[kind][j] += a
                 active[j] = t
                 if kind == _COMPUTE:  # _stage_done(j, True), then _timed(j, 2, latency)
                     progress[j] = 2
@@ -546,7 +548,7 @@ class _Round:
                     self.order += 1
                     kind, a = _LATENCY_UP, used
                     busy[j] += a
-                    spent[j][kind] += a
+                    spent[kind][j] += a
                     active[j] = t
                 self._begin(j, kind, t)
             elif kind <= _LATENCY_UP:
@@ -577,17 +579,17 @@ class _Round:
             if m.link is not None:
                 self._carry(m, m.link.remove(m, t))
                 self._reschedule(t)
-            self.moved[j][self.progress[j] // 2] = m.delivered
+            self.moved[self.progress[j] // 2][j] = m.delivered
         self.net._wake_at = self.wake_at
         self.net._token += 1  # a wake-up pending from before the round is out of date
         self.net.book_later(self.transfers, self.plan.devices)
         self.rnd.status[:] = self.status
         self.rnd.t_end[:] = self.t_end
         plan = self.plan
-        plan.spent[:] = self.spent
+        plan.spent.T[:] = self.spent
         plan.active_since[:] = self.active
         plan.progress[:] = self.progress
-        plan.moved[:] = self.moved
+        plan.moved.T[:] = self.moved
 
 
 def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:

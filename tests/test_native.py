@@ -1,0 +1,173 @@
+"""The modules mypyc compiles give the results of their Python sources, bit for bit.
+
+``setup.py`` compiles ``simfl/network/sharing.py``, ``simfl/engine/links.py`` and
+``simfl/engine/flowround.py`` where it can; ``simfl._native`` runs the compiled modules only
+when all of them are there and were built from the current sources. Here: the frames of every
+catalogue scenario with a network (the fingerprints' cases, stars, hierarchies, graphs, edge
+servers, availability on shared links) and of the shared-links benchmark's scenarios hash the
+same in this process and in a pure-Python one (``SIMFL_PURE_PYTHON=1``); the tests that patch
+those modules' classes (which compiled classes do not allow) pass in a pure-Python one; and
+the choice between the two builds follows its rules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simfl import _native
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "analysis"))
+sys.path.insert(0, str(ROOT / "analysis" / "perf"))
+import fingerprints  # noqa: E402
+
+compiled_only = pytest.mark.skipif(
+    not _native.ACTIVE, reason=f"the compiled modules do not run here: {_native.WHY_PURE}"
+)
+
+_DIGESTS = """
+import json, sys
+sys.path[:0] = [sys.argv[1] + "/analysis", sys.argv[1] + "/analysis/perf"]
+import fingerprints, links_throughput
+from simfl import _native, run
+assert not _native.ACTIVE, _native.WHY_PURE
+catalogue = fingerprints.catalogue()
+out = {name: fingerprints.fingerprint_case(catalogue[name]) for name in json.loads(sys.argv[2])}
+for kind in ("star", "nested"):
+    res = run(links_throughput.scenario(100, 3, kind), progress=False, on_error="raise")
+    out[kind] = [fingerprints.frame_digest(res.rounds), fingerprints.frame_digest(res.clients)]
+print(json.dumps(out))
+"""
+
+
+def _pure_env() -> dict[str, str]:
+    return {**os.environ, "SIMFL_PURE_PYTHON": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _network_cases() -> list[str]:
+    catalogue = fingerprints.catalogue()
+    return [
+        name
+        for name, build in catalogue.items()
+        if not name.startswith("neural") and build()[0].network is not None
+    ]
+
+
+@compiled_only
+def test_compiled_modules_give_the_frames_of_their_python_sources() -> None:
+    import links_throughput
+
+    from simfl import run
+
+    names = _network_cases()
+    assert len(names) >= 10  # stars, hierarchies, graphs, edge servers, availability
+    done = subprocess.run(
+        [sys.executable, "-c", _DIGESTS, str(ROOT), json.dumps(names)],
+        env=_pure_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pure = json.loads(done.stdout)
+    catalogue = fingerprints.catalogue()
+    for name in names:
+        got = fingerprints.fingerprint_case(catalogue[name])
+        assert (got["rounds"], got["clients"]) == (pure[name]["rounds"], pure[name]["clients"])
+        assert got["n_jobs"] == pure[name]["n_jobs"] > 0
+    for kind in ("star", "nested"):
+        res = run(links_throughput.scenario(100, 3, kind), progress=False, on_error="raise")
+        digests = [fingerprints.frame_digest(res.rounds), fingerprints.frame_digest(res.clients)]
+        assert digests == pure[kind]
+
+
+def _patching_tests() -> list[str]:
+    """The test files holding tests marked ``pure_python`` (they patch compiled classes)."""
+    return sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").glob("test_*.py")
+        if path.name != Path(__file__).name and "mark.pure_python" in path.read_text()
+    )
+
+
+@compiled_only
+def test_the_tests_that_patch_compiled_classes_pass_on_the_python_sources() -> None:
+    files = _patching_tests()
+    marked = sum((ROOT / f).read_text().count("@pytest.mark.pure_python") for f in files)
+    assert len(files) >= 2 and marked >= 5
+    pytest_args = ["-q", "-n", "0", "-p", "no:cacheprovider", "-m", "pure_python", "-o", "addopts="]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *pytest_args, *files],
+        cwd=ROOT,
+        env=_pure_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"{marked} passed") and "skipped" not in last, last
+
+
+def test_pure_python_is_chosen_by_the_environment_variable() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import simfl._native as n, simfl.network.sharing as s, simfl.engine.flowround as f;"
+            "print(n.ACTIVE, n.WHY_PURE, s.__file__, f.__file__)",
+        ],
+        env=_pure_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    active, *_, sharing, flowround = done.stdout.split()
+    assert active == "False" and "SIMFL_PURE_PYTHON is set" in done.stdout
+    assert sharing.endswith("sharing.py") and flowround.endswith("flowround.py")
+
+
+def _fake_build(root: Path, *, compiled: bool = True, record: bool = True) -> None:
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    lines = []
+    for name in _native.MODULES:
+        source = root / (name.replace(".", "/") + ".py")
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(f"# {name}\n")
+        if compiled:
+            source.with_suffix(suffix).write_bytes(b"")
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        lines.append(f"{digest} {source.relative_to(root).as_posix()}\n")
+    if record:
+        (root / "simfl" / "_native_sources.txt").write_text("".join(lines))
+
+
+def test_the_compiled_modules_run_only_when_built_from_the_current_sources(tmp_path) -> None:
+    env: dict[str, str] = {}
+    _fake_build(tmp_path)
+    assert _native.why_pure(tmp_path, env) is None
+    assert _native.why_pure(tmp_path, {"SIMFL_PURE_PYTHON": "0"}) is None
+    assert _native.why_pure(tmp_path, {"SIMFL_PURE_PYTHON": "1"}) == "SIMFL_PURE_PYTHON is set"
+    edited = tmp_path / "simfl" / "engine" / "links.py"
+    edited.write_text(edited.read_text() + "# edited after the build\n")
+    assert "simfl/engine/links.py changed since it was compiled" in str(
+        _native.why_pure(tmp_path, env)
+    )
+    _fake_build(tmp_path, record=False)
+    (tmp_path / "simfl" / "_native_sources.txt").unlink()
+    assert "_native_sources.txt is missing" in str(_native.why_pure(tmp_path, env))
+
+
+def test_a_partial_or_missing_build_runs_the_python_sources(tmp_path) -> None:
+    _fake_build(tmp_path, compiled=False)
+    assert str(_native.why_pure(tmp_path, {})).startswith("not compiled")
+    _fake_build(tmp_path)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / "simfl" / "engine" / "flowround.py").with_suffix(suffix).unlink()
+    assert _native.why_pure(tmp_path, {}) == "simfl/engine/flowround.py was not compiled"
