@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -27,7 +28,13 @@ NATIVE = ("simfl/network/sharing.py", "simfl/engine/links.py", "simfl/engine/flo
 RECORD = ROOT / "simfl" / "_native_sources.txt"
 
 
+#: the commands that build extensions (metadata commands, which pip runs first, need none)
+BUILDS = {"build", "build_ext", "editable_wheel", "bdist_wheel", "develop", "install"}
+
+
 def _extensions() -> list:  # type: ignore[type-arg]
+    if not BUILDS.intersection(sys.argv[1:]):
+        return []  # egg_info, dist_info, sdist: no need to run mypyc (about 20 s) for them
     RECORD.unlink(missing_ok=True)
     if os.environ.get("SIMFL_PURE_PYTHON", "") not in ("", "0"):
         return []
