@@ -43,7 +43,12 @@ def _extensions() -> list:  # type: ignore[type-arg]
     except ImportError:  # no mypy in the build environment: pure Python
         return []
     os.chdir(ROOT)  # mypyc reads the project's mypy settings and writes build/ here
-    extensions = mypycify(list(NATIVE), opt_level="3", group_name="simfl_native")
+    # the build environment holds mypy, numpy and simpy (pyproject's build requirements), not
+    # the rest of simfl's dependencies: the modules imported beyond these three are analysed
+    # without reporting their errors, and libraries missing there are Any (as everywhere, so
+    # every build compiles the same code)
+    flags = ["--ignore-missing-imports", "--follow-imports=silent"]
+    extensions = mypycify([*NATIVE, *flags], opt_level="3", group_name="simfl_native")
     for ext in extensions:
         ext.extra_compile_args = [*ext.extra_compile_args, "-ffp-contract=off"]
         ext.optional = True  # no compiler: installed without it (simfl runs the Python)
