@@ -97,35 +97,32 @@ def _patching_tests() -> list[str]:
     )
 
 
+def _pytest_on_the_sources(*args: str) -> str:
+    """Run pytest on the Python sources (one process, no addopts); its summary line."""
+    options = ["-q", "-n", "0", "-p", "no:cacheprovider", "-o", "addopts="]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, *args],
+        cwd=ROOT,
+        env=_pure_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
 @compiled_only
 def test_the_tests_that_patch_compiled_classes_and_the_doctests_pass_on_the_sources() -> None:
     files = _patching_tests()
     marked = sum((ROOT / f).read_text().count("@pytest.mark.pure_python") for f in files)
     assert len(files) >= 2 and marked >= 5
-    pytest_args = ["-q", "-n", "0", "-p", "no:cacheprovider", "-o", "addopts="]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *pytest_args, "-m", "pure_python", *files],
-        cwd=ROOT,
-        env=_pure_env(),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = _pytest_on_the_sources("-m", "pure_python", *files)
     assert last.startswith(f"{marked} passed") and "skipped" not in last, last
     # the compiled modules' doctests (root conftest.py leaves them out where they are compiled)
     sources = [m.replace(".", "/") + ".py" for m in _native.MODULES]
     with_examples = sum(">>> " in (ROOT / s).read_text() for s in sources)
     assert with_examples >= 1
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *pytest_args, "--doctest-modules", *sources],
-        cwd=ROOT,
-        env=_pure_env(),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = _pytest_on_the_sources("--doctest-modules", *sources)
     assert last.startswith(f"{with_examples} passed") and "skipped" not in last, last
 
 

@@ -249,15 +249,7 @@ class _Round:
             self._reschedule(now)
             return
         self.order += len(finished)  # the ``done`` events' ids
-        t = min(map(_next_at, self.links))  # _reschedule(now), inline
-        if t != self.wake_at:
-            self.wake_at = t
-            if t == math.inf:
-                self.alarm = None
-            else:
-                ahead = t - now  # max(t - now, 0.0), without the call
-                self.alarm = (now + (ahead if ahead > 0.0 else 0.0), self.order)
-                self.order += 1
+        self._reschedule(now)
         busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
         began, flows = self.began, self.flows
         for m in finished:
@@ -338,44 +330,16 @@ class _Round:
             self._begin(j, s, now)
 
     def _begin(self, j: int, s: int, now: float) -> None:
-        """Job ``j``'s transfer after the latency stage ``s``: it starts on its link.
-
-        :meth:`_route`, :meth:`_admit`, :meth:`_reschedule` and :meth:`_wait` with their
-        common cases inline (the same arithmetic).
-        """
+        """Job ``j``'s transfer after the latency stage ``s``: it starts on its link."""
         up = s // 2
-        contended = self.net.flow_links.get(self.pairs[up][j], -1)
-        link: SharedLink | None
-        if contended >= 0:  # _route(j, up), its common case inline
-            link, cap = self.net._links[contended], self.caps[up][j]
-        else:
-            link, cap = self._route(j, up)
+        link, cap = self._route(j, up)
         m = _Transfer(self.sizes[up][j], cap, j, s)
         self.transfers.append(m)
-        if link is None or m.remaining <= m.tol:  # m.done_by
-            self._admit(m, link, now)
+        if self._admit(m, link, now):
             self._stage_done(j, True, now)
-            return
-        link.add(m, m.remaining, now)
-        at = min(map(_next_at, self.links))  # _reschedule(now), inline
-        if at != self.wake_at:
-            self.wake_at = at
-            if at == math.inf:
-                self.alarm = None
-            else:
-                ahead = at - now  # max(at - now, 0.0), without the call
-                self.alarm = (now + (ahead if ahead > 0.0 else 0.0), self.order)
-                self.order += 1
-        self.flows[j] = m
-        # _wait(m, now), inline
-        self.began[j] = now
-        self.active[j] = now
-        fail_at = self.fail_at[j] = now + (self.fail_after[j] - self.busy[j])
-        m.segment = 1
-        if fail_at != math.inf:  # fail_at is never -inf
-            m.race = True
-            heapq.heappush(self.heap, (now + (fail_at - now), self.order, _TIMEOUT, j, m, 1))
-            self.order += 1
+        else:
+            self.flows[j] = m
+            self._wait(m, now)
 
     def _wait(self, m: _Transfer, now: float) -> None:
         """A segment of the transfer: until it is done or the failure clock runs out."""
