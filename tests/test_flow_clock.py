@@ -57,9 +57,9 @@ def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.Monkey
     round_wake = flowround._Round._wake
 
     def finishing(self: flowround._Round, now: float) -> None:
-        before = sum(len(link) for link in self.links)
+        before = sum(len(link) for link in self.calendar.links)
         round_wake(self, now)  # takes finished flows off their links (and starts none)
-        round_wakes.append(before - sum(len(link) for link in self.links))
+        round_wakes.append(before - sum(len(link) for link in self.calendar.links))
 
     monkeypatch.setattr(FlowNetwork, "_wake", counted)
     monkeypatch.setattr(flowround._Round, "_wake", finishing)

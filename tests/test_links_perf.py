@@ -56,14 +56,18 @@ def test_sharing_the_server_link_makes_rounds_longer():
 
 
 def test_measure_writes_rows_with_numeric_ratios(tmp_path):
-    rows = links_throughput.measure(repeats=1, sizes=[(5, 2, 0.5), (10, 2, 0.25)], big=30)
-    assert [r["target"] for r in rows] == ["2 shared links"] * 4 + ["7 shared links, one big round"]
+    rows = links_throughput.measure(repeats=1, sizes=[(5, 2, 0.5), (20, 2, 0.25)], big=30)
+    # star and hierarchy at each size, and at the largest a hierarchy of as many edges
+    assert [r["target"] for r in rows] == ["2 shared links"] * 5 + ["7 shared links, one big round"]
     for r in rows:
         assert r["simfl"] > 0 and r["baseline"] > 0
         assert math.isfinite(r["ratio"]) and r["ratio"] > 0
         assert isinstance(r["passed"], bool)
     assert "star" in rows[0]["setting"] and "star" in rows[2]["setting"]
     assert "hierarchy" in rows[1]["setting"] and "hierarchy" in rows[3]["setting"]
+    assert "(10 shared edge links" in rows[3]["setting"]
+    assert "20 per round on a hierarchy (20 shared edge links" in rows[4]["setting"]
+    assert "(10 shared edge links" in rows[1]["setting"]
     assert "reference algorithm" in rows[0]["note"]
     report(rows, str(tmp_path), "links_throughput")
     doc = json.loads((tmp_path / "links_throughput.json").read_text())

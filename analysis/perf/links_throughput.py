@@ -79,12 +79,16 @@ def bare_simpy(cohort: int, rounds: int, seed: int = 0) -> float:
     return float(env.now)
 
 
-def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any:
+def scenario(
+    cohort: int, rounds: int, kind: str = "star", seed: int = 0, edges: int = EDGES
+) -> Any:
     """The simfl scenario on a network of ``kind``.
 
     ``star`` (the server link shared), ``hier`` (edge links shared, the cloud unlimited),
     ``nested`` (edge and cloud links both shared) or ``private`` (a star with an unlimited
-    server link: every device at its own link's speed, the bare loop's workload).
+    server link: every device at its own link's speed, the bare loop's workload). A
+    hierarchy has ``edges`` edge servers (device ``i`` under edge ``i % edges``), whose links
+    share the cohort's ``server_up``/``server_down`` equally.
     """
     from simfl import Fleet, Scenario, algorithms, dists, policies
     from simfl.network import Network
@@ -103,10 +107,10 @@ def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any
     elif kind == "star":
         network = Network.star(server_up=server_up, server_down=server_down)
     else:
-        edge_up, edge_down = server_up / EDGES, server_down / EDGES
+        edge_up, edge_down = server_up / edges, server_down / edges
         cloud = (2 * server_up, 2 * server_down) if kind == "nested" else (np.inf, np.inf)
         network = Network.hierarchical(
-            np.arange(n) % EDGES,
+            np.arange(n) % edges,
             edge_up=edge_up,
             edge_down=edge_down,
             server_up=cloud[0],
@@ -124,14 +128,19 @@ def scenario(cohort: int, rounds: int, kind: str = "star", seed: int = 0) -> Any
 
 
 def simfl_rounds(
-    cohort: int, rounds: int, kind: str = "star", seed: int = 0, reference: bool = False
+    cohort: int,
+    rounds: int,
+    kind: str = "star",
+    seed: int = 0,
+    reference: bool = False,
+    edges: int = EDGES,
 ) -> float:
     """Host seconds per round of the simfl scenario (first to last aggregation)."""
     from simfl import run
 
     stamps: list[float] = []
     res = run(
-        scenario(cohort, rounds, kind, seed),
+        scenario(cohort, rounds, kind, seed, edges),
         progress=lambda _: stamps.append(time.perf_counter()),
         reference_links=reference,
     )
@@ -139,14 +148,14 @@ def simfl_rounds(
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
-def pure_rounds(cohort: int, rounds: int, kind: str, seed: int) -> float | None:
+def pure_rounds(cohort: int, rounds: int, kind: str, seed: int, edges: int = EDGES) -> float | None:
     """:func:`simfl_rounds` on the Python sources (``None`` where they are what runs anyway)."""
     from simfl import _native
 
     if not _native.ACTIVE:
         return None
     done = subprocess.run(
-        [sys.executable, __file__, "--pure-rounds", str(cohort), str(rounds), kind, str(seed)],
+        [sys.executable, __file__, "--pure-rounds", *map(str, (cohort, rounds, kind, seed, edges))],
         env={**os.environ, "SIMFL_PURE_PYTHON": "1"},
         capture_output=True,
         text=True,
@@ -187,19 +196,24 @@ def measure(
 ) -> list[dict[str, Any]]:
     """The rows: star and hierarchy at 100 and 1,000 per round, 10,000 in one round.
 
-    ``sizes`` (cohort, rounds, goal) and ``big`` (the one-round cohort) override the sizes.
+    At the largest size also a hierarchy of as many edges as devices per round (about one
+    flow per edge link: a flow event must not cost a pass over the edges). ``sizes``
+    (cohort, rounds, goal) and ``big`` (the one-round cohort) override the sizes.
     """
     if sizes is None:
         sizes = [(20, 4, 0.5), (100, 3, 0.25)] if quick else [(100, 30, 0.5), (1000, 6, 0.25)]
     rows = []
     for cohort, rounds, goal in sizes:
-        for kind in ("star", "nested"):  # the goals hold for hierarchies likewise
+        networks = [("star", EDGES), ("nested", EDGES)]  # the goals hold for hierarchies likewise
+        if cohort == sizes[-1][0]:
+            networks.append(("nested", cohort))  # many edges
+        for kind, edges in networks:
             simfl_s, bare_s, pure_s = [], [], []
             for rep in range(repeats):
                 bare_s.append(bare_rounds(cohort, max(rounds, 10), rep))
-                simfl_s.append(simfl_rounds(cohort, rounds + 1, kind, rep))
-                pure_s.append(pure_rounds(cohort, rounds + 1, kind, rep))
-            ref = simfl_rounds(cohort, 2, kind, 0, reference=True)
+                simfl_s.append(simfl_rounds(cohort, rounds + 1, kind, rep, edges=edges))
+                pure_s.append(pure_rounds(cohort, rounds + 1, kind, rep, edges))
+            ref = simfl_rounds(cohort, 2, kind, 0, reference=True, edges=edges)
             speedup = ref / statistics.median(simfl_s)
             note = f"reference algorithm {ref * 1e3:.0f} ms/round: fast path {speedup:.1f}x"
             if None not in pure_s:
@@ -217,7 +231,7 @@ def measure(
             where = (
                 "a star (server link shared)"
                 if kind == "star"
-                else f"a hierarchy ({EDGES} shared edge links under a shared cloud link)"
+                else f"a hierarchy ({edges:,} shared edge links under a shared cloud link)"
             )
             rows.append(
                 _row(
@@ -254,8 +268,8 @@ def measure(
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--pure-rounds"]:  # pure_rounds's subprocess
-        cohort, rounds, kind, seed = sys.argv[2:6]
-        print(simfl_rounds(int(cohort), int(rounds), kind, int(seed)))
+        cohort, rounds, kind, seed, edges = sys.argv[2:7]
+        print(simfl_rounds(int(cohort), int(rounds), kind, int(seed), edges=int(edges)))
         sys.exit(0)
     args = parser(__doc__).parse_args()
     report(measure(args.quick, args.repeats), args.out, "links_throughput")

@@ -66,7 +66,6 @@ _LATENCY_DOWN, _COMPUTE, _LATENCY_UP, _DONE, _TIMEOUT, _EITHER, _RESUME, _ROUND_
     range(9)
 )
 _NAN = math.nan
-_next_at = attrgetter("next_at")
 _seq_of = attrgetter("seq")
 _order_of = itemgetter(1)
 
@@ -149,7 +148,7 @@ class _Round:
         self.order = 0  # the order of the next entry (the live clock's event ids)
         self.alarm: tuple[float, int] | None = None  # the network's next completion
         self.wake_at = net._wake_at
-        self.links = net._all
+        self.calendar = net._calendar  # the network's links and their next completions
         self.deadline = False  # whether the server also waits for a deadline
         self.decided = False  # whether the server's wait has fired (``any_of``, deadline)
         self.closes: tuple[float, int] | None = None  # (instant, order) the server wakes at
@@ -196,7 +195,7 @@ class _Round:
 
     def _reschedule(self, now: float) -> None:
         """``FlowNetwork._reschedule`` with the clock's alarm: the next completion."""
-        t = min(map(_next_at, self.links))
+        t = self.calendar.earliest()
         if t == self.wake_at:
             return
         self.wake_at = t
@@ -235,7 +234,7 @@ class _Round:
         """
         at, self.wake_at = self.wake_at, math.inf
         # every member of a flow round's links is a _Transfer
-        finished: list[_Transfer] = SharedLink.wake_up(self.links, at, now)  # type: ignore[assignment]
+        finished: list[_Transfer] = SharedLink.wake_up(self.calendar, at, now)  # type: ignore[assignment]
         if len(finished) > 1:
             finished.sort(key=_seq_of)
         for m in finished:

@@ -33,7 +33,7 @@ import simpy
 from numpy.typing import NDArray
 
 from simfl.network.flows import max_min_rates
-from simfl.network.sharing import Member, SharedLink
+from simfl.network.sharing import Calendar, Member, SharedLink
 from simfl.network.topology import Topology
 
 __all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
@@ -205,10 +205,13 @@ class FlowNetwork(Links):
     water-filling solves both levels. These are exactly the max-min fair rates of
     :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
     ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
-    over every flow. One SimPy timeout is pending per network (the next completion); an
-    outdated one is ignored by its token. A flow round (:mod:`simfl.engine.flowround`) drives
-    the same links directly, without this class's flows and wake-ups. Every device's path is
-    worked out for the whole fleet when the network is built (:func:`_fleet_paths`).
+    over every flow; the links' next completions are kept in a heap
+    (:class:`~simfl.network.sharing.Calendar`), so a network of many edge links is not
+    scanned per event either. One SimPy timeout is pending per network (the next
+    completion); an outdated one is ignored by its token. A flow round
+    (:mod:`simfl.engine.flowround`) drives the same links directly, without this class's
+    flows and wake-ups. Every device's path is worked out for the whole fleet when the
+    network is built (:func:`_fleet_paths`).
 
     Where the structure does not fit (three contended links on one path, in a graph
     topology; or two flows at once on one device's own link) the network plays the reference
@@ -223,7 +226,10 @@ class FlowNetwork(Links):
         self._contended_list: list[bool] = self._contended.tolist()
         self._links: dict[int, SharedLink] = {}
         self._free = SharedLink(math.inf)  # flows limited only by their own links
-        self._all = [self._free]  # every SharedLink of the network
+        #: every SharedLink of the network and their next completions
+        self._calendar = Calendar()
+        self._calendar.add(self._free)
+        self._all = self._calendar.links  # every SharedLink of the network, in order
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
         self._routes: dict[tuple[int, ...], Route] = {}
@@ -371,7 +377,7 @@ class FlowNetwork(Links):
         link = self._links.get(resource)
         if link is None:
             link = self._links[resource] = SharedLink(float(self.capacity[resource]))
-            self._all.append(link)
+            self._calendar.add(link)
         return link
 
     def _settle(self, flow: Flow, left: float) -> None:
@@ -392,7 +398,7 @@ class FlowNetwork(Links):
         del self._active[flow]
 
     def _reschedule(self) -> None:
-        t = min([link.next_at for link in self._all])
+        t = self._calendar.earliest()
         if t == self._wake_at:
             return  # the pending wake-up is still the right one
         self._token += 1
@@ -407,7 +413,7 @@ class FlowNetwork(Links):
             return  # the flows changed since this completion was scheduled
         at, self._wake_at = self._wake_at, math.inf
         now = float(self.env.now)
-        finished: list[Flow] = SharedLink.wake_up(self._all, at, now)  # type: ignore[assignment]
+        finished: list[Flow] = SharedLink.wake_up(self._calendar, at, now)  # type: ignore[assignment]
         finished.sort(key=lambda f: f.seq)
         for f in finished:
             self._release(f, 0.0)

@@ -26,7 +26,12 @@ taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
 changes) and heap work only where a member moves.
 
 A flow event moves the level once and moves only the flows whose class changes (each at most
-twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Heap entries are
+twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Across the links
+of a network a :class:`Calendar` keeps their next completions in a heap (the earliest, and
+the links due at a wake-up, at ``O(log L)`` per link that changed, not a pass over all ``L``
+links), and a parent keeps the sum of its children's takes that :meth:`SharedLink._settle_alone`
+tests (refreshed for the children that changed), so a hierarchy of many edge links costs no
+pass over its edges per flow event unless its cloud link binds. Heap entries are
 invalidated lazily (a version number per flow). The sum of the capped flows' caps is kept
 incrementally and recomputed exactly (``math.fsum``) every so many changes, so it does not
 drift.
@@ -44,7 +49,7 @@ import heapq
 import math
 from itertools import count
 
-__all__ = ["TOLERANCE", "Member", "SharedLink"]
+__all__ = ["TOLERANCE", "Calendar", "Member", "SharedLink"]
 
 #: relative: a flow with less than this share of its bytes left is complete
 TOLERANCE = 1e-9
@@ -102,6 +107,19 @@ class SharedLink:
         self._by_end: list[Entry] = []  # capped flows by finish time
         self._by_high: list[Entry] = []  # capped flows by cap, largest first (negated)
         self._bounds_at: tuple[float, float, float] | None = None  # :meth:`_bounds`, if known
+        #: the calendar that files this link's next completion (none for a link on its own)
+        self.calendar: Calendar | None = None
+        self.index = 0  # its place in the calendar (links are asked in this order)
+        self.listed = False  # on the calendar's list of links to re-file
+        #: a parent's children's takes as its last settle saw them (see :meth:`_fits`)
+        self.slot = 0  # its place among its parent's children
+        self.take_stale = False  # on its parent's list of children whose take may differ
+        self._takes: list[float] = []
+        self._take_sum = 0.0
+        self._take_changes = 0
+        self._stale_takes: list[SharedLink] = []
+        self._children_capacity = 0.0
+        self._takes_bounded = True
 
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -179,6 +197,8 @@ class SharedLink:
                 break
             # _drop(top) of a level member, inline
             self._bounds_at = None
+            if self.parent is not None and not self.take_stale:
+                self._stale_take()
             top.ver += 1
             self.n_level -= 1
             top.link = None
@@ -216,7 +236,7 @@ class SharedLink:
             while by_end:  # _top, inline
                 _, _, ver, first = by_end[0]
                 if first.ver == ver and first.link is not None:
-                    self.next_at = first.t0 + first.rem0 / first.cap
+                    self._next(first.t0 + first.rem0 / first.cap)
                     return
                 heapq.heappop(by_end)
             return  # pragma: no cover - m itself is on the heap
@@ -228,6 +248,8 @@ class SharedLink:
         m.link = self
         m.seq = seq = next(_seq)
         self._bounds_at = None
+        if self.parent is not None and not self.take_stale:
+            self._stale_take()
         m.ver = ver = m.ver + 1
         m.capped = False
         m.key = key = self.clock + remaining
@@ -302,38 +324,34 @@ class SharedLink:
             self._rebalance(now)
         else:
             return False
-        if not free:
-            return False
-        fixed = parent.capped_sum
-        for child in parent.children:
-            fixed += child.capacity if child.n_level else child.capped_sum
-        if fixed > parent.capacity:
+        if not free or not parent._fits():
             return False
         self.saturated = self.n_level > 0
         return True
 
     @staticmethod
-    def wake_up(links: list[SharedLink], at: float, now: float) -> list[Member]:
+    def wake_up(calendar: Calendar, at: float, now: float) -> list[Member]:
         """Take out the members done at a completion scheduled for ``at``; settle what changed.
 
-        Only the links whose completion it is (``next_at`` at most ``at``) are asked
-        (:meth:`due`, then :meth:`finished`); if rounding left every member a hair short, the
-        soonest one is taken anyway (:meth:`pop_first`). Only the links that lost members are
-        rebalanced, each as :meth:`settle` does, except that each tree is solved at most once
-        (after the nested links whose own water-filling is the whole solution). Every other
-        link keeps its members, classes and next completion. Returns the members taken out,
-        link by link (callers order them by admission, ``seq``).
+        Only the links whose completion it is (``next_at`` at most ``at``: the calendar's
+        :meth:`Calendar.due`, in the order the links were filed) are asked (:meth:`due`, then
+        :meth:`finished`); if rounding left every member a hair short, the soonest one is
+        taken anyway (:meth:`pop_first`). Only the links that lost members are rebalanced,
+        each as :meth:`settle` does, except that each tree is solved at most once (after the
+        nested links whose own water-filling is the whole solution). Every other link keeps
+        its members, classes and next completion. Returns the members taken out, link by link
+        (callers order them by admission, ``seq``).
         """
         finished: list[Member] = []
         touched: list[SharedLink] = []
-        for link in links:
-            if link.next_at <= at and (link.n_level or link.capped) and link.due(now):
+        for link in calendar.due(at):
+            if (link.n_level or link.capped) and link.due(now):
                 done = link.finished(now)
                 if done:
                     finished += done
                     touched.append(link)
         if not finished:  # rounding: the soonest member is a hair short; finish it anyway
-            busy = [link for link in links if link.n_level or link.capped]
+            busy = [link for link in calendar.links if link.n_level or link.capped]
             first = min(busy, key=lambda link: link.next_at)
             finished.append(first.pop_first(now))
             touched.append(first)
@@ -355,9 +373,80 @@ class SharedLink:
         """Make ``child`` a link below this one (two levels at most)."""
         if child.parent is not self:
             child.parent = self
+            child.slot = len(self.children)
             self.children.append(child)
+            self._takes.append(0.0)
+            self._children_capacity += child.capacity
+            child.take_stale = False
+            child._stale_take()  # its take is read at the next look
+
+    def _fits(self) -> bool:
+        """Whether this link's capped members and its children's takes fit its capacity.
+
+        ``capped_sum + take_1 + ... + take_n <= capacity``, summed left to right, a child's
+        take being its capacity if it has level members, else its capped members' caps: what
+        :meth:`_settle_alone` asks after every change of a child. The takes' sum is kept
+        (each child that changed since it was last read is read again) and recomputed every
+        ``n + 16`` changes, so it differs from the left-to-right sum by at most about
+        ``3 (n + 16) u K`` (``u`` the float64 rounding unit, ``K`` the children's capacities'
+        sum) while every take is within its child's capacity (one beyond it sends the
+        question to the loop, and the sum is recomputed until none is). Where the kept
+        sum is within a relative ``1e-9`` of the capacity (far above that bound for the
+        ``n <= 100,000`` children this is used for), the loop over the children answers: the
+        answer is always the loop's, to the bit.
+        """
+        takes = self._takes
+        stale = self._stale_takes
+        for child in stale:
+            child.take_stale = False
+            new = child.capacity if child.n_level else child.capped_sum
+            if not abs(new) <= child.capacity * (1.0 + 1e-6):
+                self._takes_bounded = False
+            self._take_sum += new - takes[child.slot]
+            takes[child.slot] = new
+        self._take_changes += len(stale)
+        stale.clear()
+        n = len(takes)
+        if self._take_changes > n + 16 or not self._takes_bounded:
+            total = 0.0
+            bounded = True
+            for child in self.children:
+                take = takes[child.slot]
+                total += take
+                bounded = bounded and abs(take) <= child.capacity * (1.0 + 1e-6)
+            self._take_sum, self._take_changes, self._takes_bounded = total, 0, bounded
+        fixed = self.capped_sum + self._take_sum
+        margin = 1e-9 * (self._children_capacity + abs(self.capped_sum) + self.capacity)
+        if self._takes_bounded and n <= 100_000 and margin < math.inf:  # (NaN: False)
+            if fixed - self.capacity > margin:
+                return False
+            if self.capacity - fixed > margin:
+                return True
+        exact = self.capped_sum
+        for child in self.children:
+            exact += child.capacity if child.n_level else child.capped_sum
+        return not exact > self.capacity
 
     # ----------------------------------------------------------------- internals
+    def _next(self, t: float) -> None:
+        """Set the next completion; a change is re-filed in the calendar."""
+        if t != self.next_at:
+            self.next_at = t
+            if not self.listed and self.calendar is not None:
+                self._refile()
+
+    def _refile(self) -> None:
+        """Put this link on its calendar's list of links to re-file (once)."""
+        assert self.calendar is not None
+        self.listed = True
+        self.calendar.changed.append(self)
+
+    def _stale_take(self) -> None:
+        """Put this child on its parent's list of children whose take may have changed."""
+        assert self.parent is not None
+        self.take_stale = True
+        self.parent._stale_takes.append(self)
+
     def _clock_at(self, now: float) -> float:
         level = self.level
         if self.n_level == 0 or level == math.inf or level == -math.inf:  # isinf, no call
@@ -379,6 +468,8 @@ class SharedLink:
 
     def _to_level(self, m: Member, remaining: float) -> None:
         self._bounds_at = None
+        if self.parent is not None and not self.take_stale:
+            self._stale_take()
         m.ver += 1
         m.capped = False
         m.key = self.clock + remaining
@@ -388,6 +479,8 @@ class SharedLink:
 
     def _to_capped(self, m: Member, remaining: float, now: float) -> None:
         self._bounds_at = None
+        if self.parent is not None and not self.take_stale:
+            self._stale_take()
         m.ver += 1
         m.capped = True
         m.t0, m.rem0 = now, remaining
@@ -399,6 +492,8 @@ class SharedLink:
     def _drop(self, m: Member) -> None:
         """Take ``m`` out of its class (no rebalance)."""
         self._bounds_at = None
+        if self.parent is not None and not self.take_stale:
+            self._stale_take()
         m.ver += 1
         if m.capped:
             del self.capped[m]
@@ -507,8 +602,11 @@ class SharedLink:
                             t = end
                         break
                     pop(heap)
-            child.next_at = t
-        self.next_at = self.next_finish()
+            if t != child.next_at:  # child._next(t), inline
+                child.next_at = t
+                if not child.listed and child.calendar is not None:
+                    child._refile()
+        self._next(self.next_finish())
 
     def _settle_children(
         self,
@@ -634,9 +732,95 @@ class SharedLink:
                     t = end
                 break
             pop(by_end)
-        self.next_at = t
+        if t != self.next_at:  # _next(t), inline
+            self.next_at = t
+            if not self.listed and self.calendar is not None:
+                self._refile()
 
     def _drop_level(self, m: Member) -> None:
         self._bounds_at = None
+        if self.parent is not None and not self.take_stale:
+            self._stale_take()
         m.ver += 1
         self.n_level -= 1
+
+
+class Calendar:
+    """The next completions of a network's links: the earliest, and the links due, by a heap.
+
+    Every link of the network is filed once (:meth:`add`; its order is the order links are
+    asked in, :meth:`due`). A link whose ``next_at`` changes puts itself on :attr:`changed`
+    (:meth:`SharedLink._next`); the calendar pushes those onto its heap the next time it is
+    asked, and an entry whose time is no longer its link's ``next_at`` is dropped when it
+    comes to the top. So :meth:`earliest` is ``min(link.next_at for link in links)`` and
+    :meth:`due` the links with ``next_at <= at``, each at ``O(log L)`` per link that changed
+    rather than a pass over all ``L`` links (a hierarchy of many edges has many).
+    """
+
+    def __init__(self) -> None:
+        #: every link filed, in order
+        self.links: list[SharedLink] = []
+        #: links whose next completion changed since the calendar last looked
+        self.changed: list[SharedLink] = []
+        self._heap: list[tuple[float, int, SharedLink]] = []
+        self._pushes = 0  # a tie-break for equal times (entries never compare links)
+
+    def add(self, link: SharedLink) -> None:
+        """File ``link`` (once), after every link filed before it."""
+        link.calendar = self
+        link.index = len(self.links)
+        self.links.append(link)
+        if not link.listed:
+            link._refile()
+
+    def _file(self) -> None:
+        """Push the changed links' next completions (the heap is rebuilt when mostly stale)."""
+        heap = self._heap
+        push = heapq.heappush
+        for link in self.changed:
+            link.listed = False
+            t = link.next_at
+            if t < math.inf:
+                self._pushes += 1
+                push(heap, (t, self._pushes, link))
+        self.changed.clear()
+        if len(heap) > 4 * len(self.links) + 64:  # stale entries: keep the valid ones
+            heap[:] = [e for e in heap if e[2].next_at == e[0]]
+            heapq.heapify(heap)
+
+    def earliest(self) -> float:
+        """``min(link.next_at for link in links)`` (``inf``: nothing pending)."""
+        if self.changed:
+            self._file()
+        heap = self._heap
+        while heap:
+            t, _, link = heap[0]
+            if link.next_at == t:
+                return t
+            heapq.heappop(heap)
+        return math.inf
+
+    def due(self, at: float) -> list[SharedLink]:
+        """The links with ``next_at <= at`` (a finite time), in the order they were filed.
+
+        Their entries leave the heap and the links go on :attr:`changed` (their next
+        completions are filed again at the next look, changed or not).
+        """
+        if self.changed:
+            self._file()
+        heap = self._heap
+        out: list[SharedLink] = []
+        pop = heapq.heappop
+        while heap and heap[0][0] <= at:
+            t, _, link = pop(heap)
+            if link.next_at == t and not link.listed:
+                link.listed = True
+                self.changed.append(link)
+                out.append(link)
+        if len(out) > 1:
+            out.sort(key=_index)
+        return out
+
+
+def _index(link: SharedLink) -> int:
+    return link.index
