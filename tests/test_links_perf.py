@@ -57,17 +57,28 @@ def test_sharing_the_server_link_makes_rounds_longer():
 
 def test_measure_writes_rows_with_numeric_ratios(tmp_path):
     rows = links_throughput.measure(repeats=1, sizes=[(5, 2, 0.5), (20, 2, 0.25)], big=30)
-    # star and hierarchy at each size, and at the largest a hierarchy of as many edges
-    assert [r["target"] for r in rows] == ["2 shared links"] * 5 + ["7 shared links, one big round"]
+    # at each size a star and hierarchies of 10 edges (the cloud binding or not); at the
+    # largest also as many edges as devices per round, and a tenth as many under a binding cloud
+    assert [r["target"] for r in rows] == ["2 shared links"] * 8 + ["7 shared links, one big round"]
+    settings = [r["setting"] for r in rows]
+    for i, size in ((0, 5), (3, 20)):
+        assert settings[i].startswith(f"{size} per round on a star")
+        assert settings[i + 1].startswith(
+            f"{size} per round on a hierarchy (10 shared edge links under a shared"
+        )
+        assert settings[i + 2].startswith(
+            f"{size} per round on a hierarchy (10 shared edge links under a cloud link that binds"
+        )
+    assert settings[6].startswith(
+        "20 per round on a hierarchy (20 shared edge links under a shared"
+    )
+    assert settings[7].startswith(
+        "20 per round on a hierarchy (2 shared edge links under a cloud link that binds"
+    )
     for r in rows:
         assert r["simfl"] > 0 and r["baseline"] > 0
         assert math.isfinite(r["ratio"]) and r["ratio"] > 0
         assert isinstance(r["passed"], bool)
-    assert "star" in rows[0]["setting"] and "star" in rows[2]["setting"]
-    assert "hierarchy" in rows[1]["setting"] and "hierarchy" in rows[3]["setting"]
-    assert "(10 shared edge links" in rows[3]["setting"]
-    assert "20 per round on a hierarchy (20 shared edge links" in rows[4]["setting"]
-    assert "(10 shared edge links" in rows[1]["setting"]
     assert "reference algorithm" in rows[0]["note"]
     report(rows, str(tmp_path), "links_throughput")
     doc = json.loads((tmp_path / "links_throughput.json").read_text())

@@ -85,10 +85,12 @@ def scenario(
     """The simfl scenario on a network of ``kind``.
 
     ``star`` (the server link shared), ``hier`` (edge links shared, the cloud unlimited),
-    ``nested`` (edge and cloud links both shared) or ``private`` (a star with an unlimited
-    server link: every device at its own link's speed, the bare loop's workload). A
-    hierarchy has ``edges`` edge servers (device ``i`` under edge ``i % edges``), whose links
-    share the cohort's ``server_up``/``server_down`` equally.
+    ``nested`` (edge and cloud links both shared; the cloud, twice the edges' sum, does not
+    bind here), ``tight`` (the edges three times the star's server link in all, the cloud
+    half of it: the cloud binds, and its tree is solved over both levels) or ``private`` (a
+    star with an unlimited server link: every device at its own link's speed, the bare
+    loop's workload). A hierarchy has ``edges`` edge servers (device ``i`` under edge
+    ``i % edges``), whose links share the edges' total equally.
     """
     from simfl import Fleet, Scenario, algorithms, dists, policies
     from simfl.network import Network
@@ -107,14 +109,19 @@ def scenario(
     elif kind == "star":
         network = Network.star(server_up=server_up, server_down=server_down)
     else:
-        edge_up, edge_down = server_up / edges, server_down / edges
-        cloud = (2 * server_up, 2 * server_down) if kind == "nested" else (np.inf, np.inf)
+        total = 3.0 if kind == "tight" else 1.0  # the edges' links together, in server links
+        edge_up, edge_down = total * server_up / edges, total * server_down / edges
+        cloud = {
+            "nested": (2 * server_up, 2 * server_down),
+            "tight": (server_up / 2, server_down / 2),
+        }
+        cloud_up, cloud_down = cloud.get(kind, (np.inf, np.inf))
         network = Network.hierarchical(
             np.arange(n) % edges,
             edge_up=edge_up,
             edge_down=edge_down,
-            server_up=cloud[0],
-            server_down=cloud[1],
+            server_up=cloud_up,
+            server_down=cloud_down,
         )
     return Scenario(
         task=None,
@@ -196,17 +203,20 @@ def measure(
 ) -> list[dict[str, Any]]:
     """The rows: star and hierarchy at 100 and 1,000 per round, 10,000 in one round.
 
-    At the largest size also a hierarchy of as many edges as devices per round (about one
-    flow per edge link: a flow event must not cost a pass over the edges). ``sizes``
+    Each size on a star and on hierarchies of 10 edges whose cloud link binds or not; at
+    the largest also a hierarchy of as many edges as devices per round (about one flow per
+    edge link: a flow event must not cost a pass over the edges) and one of a tenth as many
+    edges under a binding cloud (whose tree solve still steps over every edge). ``sizes``
     (cohort, rounds, goal) and ``big`` (the one-round cohort) override the sizes.
     """
     if sizes is None:
         sizes = [(20, 4, 0.5), (100, 3, 0.25)] if quick else [(100, 30, 0.5), (1000, 6, 0.25)]
     rows = []
     for cohort, rounds, goal in sizes:
-        networks = [("star", EDGES), ("nested", EDGES)]  # the goals hold for hierarchies likewise
+        # the goals hold for hierarchies likewise: a cloud that binds or not, few or many edges
+        networks = [("star", EDGES), ("nested", EDGES), ("tight", EDGES)]
         if cohort == sizes[-1][0]:
-            networks.append(("nested", cohort))  # many edges
+            networks += [("nested", cohort), ("tight", cohort // 10)]  # many edges
         for kind, edges in networks:
             simfl_s, bare_s, pure_s = [], [], []
             for rep in range(repeats):
@@ -228,11 +238,11 @@ def measure(
                 from simfl import _native
 
                 note += f"; not compiled here ({_native.WHY_PURE})"
-            where = (
-                "a star (server link shared)"
-                if kind == "star"
-                else f"a hierarchy ({edges:,} shared edge links under a shared cloud link)"
-            )
+            where = {
+                "star": "a star (server link shared)",
+                "nested": f"a hierarchy ({edges:,} shared edge links under a shared cloud link)",
+                "tight": f"a hierarchy ({edges:,} shared edge links under a cloud link that binds)",
+            }[kind]
             rows.append(
                 _row(
                     f"{cohort:,} per round on {where}, unequal access links, {rounds} rounds",

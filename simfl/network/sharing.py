@@ -762,8 +762,9 @@ class Calendar:
         self.links: list[SharedLink] = []
         #: links whose next completion changed since the calendar last looked
         self.changed: list[SharedLink] = []
-        self._heap: list[tuple[float, int, SharedLink]] = []
-        self._pushes = 0  # a tie-break for equal times (entries never compare links)
+        #: ``(next_at, index, push, link)``: entries of one link at one time differ in ``push``
+        self._heap: list[tuple[float, int, int, SharedLink]] = []
+        self._pushes = 0
 
     def add(self, link: SharedLink) -> None:
         """File ``link`` (once), after every link filed before it."""
@@ -774,19 +775,31 @@ class Calendar:
             link._refile()
 
     def _file(self) -> None:
-        """Push the changed links' next completions (the heap is rebuilt when mostly stale)."""
+        """Push the changed links' next completions.
+
+        Where many changed (a cloud's tree solve moves every edge's level) or the heap is
+        mostly stale, it is built again from every link at once instead.
+        """
         heap = self._heap
-        push = heapq.heappush
-        for link in self.changed:
-            link.listed = False
-            t = link.next_at
-            if t < math.inf:
-                self._pushes += 1
-                push(heap, (t, self._pushes, link))
-        self.changed.clear()
-        if len(heap) > 4 * len(self.links) + 64:  # stale entries: keep the valid ones
-            heap[:] = [e for e in heap if e[2].next_at == e[0]]
+        changed = self.changed
+        if 4 * len(changed) > len(self.links) or len(heap) > 4 * len(self.links) + 64:
+            for link in changed:
+                link.listed = False
+            heap[:] = [
+                (link.next_at, link.index, 0, link)
+                for link in self.links
+                if link.next_at < math.inf
+            ]
             heapq.heapify(heap)
+        else:
+            push = heapq.heappush
+            for link in changed:
+                link.listed = False
+                t = link.next_at
+                if t < math.inf:
+                    self._pushes += 1
+                    push(heap, (t, link.index, self._pushes, link))
+        changed.clear()
 
     def earliest(self) -> float:
         """``min(link.next_at for link in links)`` (``inf``: nothing pending)."""
@@ -794,7 +807,7 @@ class Calendar:
             self._file()
         heap = self._heap
         while heap:
-            t, _, link = heap[0]
+            t, _, _, link = heap[0]
             if link.next_at == t:
                 return t
             heapq.heappop(heap)
@@ -812,7 +825,7 @@ class Calendar:
         out: list[SharedLink] = []
         pop = heapq.heappop
         while heap and heap[0][0] <= at:
-            t, _, link = pop(heap)
+            t, _, _, link = pop(heap)
             if link.next_at == t and not link.listed:
                 link.listed = True
                 self.changed.append(link)
