@@ -207,7 +207,7 @@ def test_saturated_edges_that_stay_saturated_are_settled_without_the_tree(monkey
         net.start(d, "up", 1e6)
         per_start.append(len(solved) - before)
     assert per_start == [1] * 5 + [0] * 10
-    cloud = next(link for link in net._all if link.children)
+    cloud = next(link for link in net._calendar.links if link.children)
     assert all(child.saturated for child in cloud.children[1:])  # edges 0-4 (edge 5 first)
 
 

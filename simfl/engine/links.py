@@ -229,7 +229,6 @@ class FlowNetwork(Links):
         #: every SharedLink of the network and their next completions
         self._calendar = Calendar()
         self._calendar.add(self._free)
-        self._all = self._calendar.links  # every SharedLink of the network, in order
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
         self._routes: dict[tuple[int, ...], Route] = {}

@@ -410,8 +410,7 @@ class SharedLink:
         if self._take_changes > n + 16 or not self._takes_bounded:
             total = 0.0
             bounded = True
-            for child in self.children:
-                take = takes[child.slot]
+            for child, take in zip(self.children, takes, strict=True):
                 total += take
                 bounded = bounded and abs(take) <= child.capacity * (1.0 + 1e-6)
             self._take_sum, self._take_changes, self._takes_bounded = total, 0, bounded
@@ -602,7 +601,7 @@ class SharedLink:
                             t = end
                         break
                     pop(heap)
-            if t != child.next_at:  # child._next(t), inline
+            if t != child.next_at:  # child._next(t), inline: once per child per tree solve
                 child.next_at = t
                 if not child.listed and child.calendar is not None:
                     child._refile()
@@ -732,7 +731,7 @@ class SharedLink:
                     t = end
                 break
             pop(by_end)
-        if t != self.next_at:  # _next(t), inline
+        if t != self.next_at:  # _next(t), inline: this runs at every flow event
             self.next_at = t
             if not self.listed and self.calendar is not None:
                 self._refile()
