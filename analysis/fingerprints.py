@@ -10,6 +10,12 @@ A fingerprint hashes each column's name, dtype and values (categoricals by their
 column order, so a renamed, retyped or reordered column counts as a change, as does a value
 that differs in its last bit. ``meta["stop_reason"]`` is recorded beside it for reading diffs.
 
+A deliberate change of some cases' frames (a bug fix, or a fast path allowed to round
+otherwise) is recorded with ``--write --only NAME``; where the other kinds of CPU cannot be run
+to record it there, ``--others-stale REASON`` marks those cases *stale* in the other kinds'
+sets: ``--check`` and the tests skip them there, saying why, until ``--write --only NAME`` on
+such a machine records them again.
+
 The last bits depend on the CPU's vector instructions (NumPy's SIMD dispatch of ``log`` and
 ``exp``, OpenBLAS's kernels, torch's), so fingerprints are recorded per *kind of CPU*
 (:func:`cpu_kind`: the SIMD levels NumPy dispatches to and OpenBLAS's kernel architecture)
@@ -594,7 +600,16 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="compare with the recorded ones")
     p.add_argument("--only", default=None, help="'fast' (timing-only) or a name prefix")
     p.add_argument("--file", type=Path, default=OUT, help="fingerprint file")
+    p.add_argument(
+        "--others-stale",
+        metavar="REASON",
+        default=None,
+        help="with --write --only: mark the cases written as stale in the other kinds' sets "
+        "(a deliberate change that cannot be re-recorded on them here), giving the reason",
+    )
     args = p.parse_args(argv)
+    if args.others_stale is not None and not (args.write and args.only):
+        p.error("--others-stale goes with --write --only NAME")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cases = catalogue()
     if args.only == "fast":
@@ -620,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
             want = (want_cases or {}).get(name)
             if want is None:
                 status = "NEW"
+            elif "stale" in want:
+                status = f"STALE ({want['stale']})"
             elif (want["rounds"], want["clients"]) != (got["rounds"], got["clients"]):
                 status = "DIFFERENT"
                 bad.append(name)
@@ -640,6 +657,11 @@ def main(argv: list[str] | None = None) -> int:
         cpus = dict(recorded.get("cpus", {}))
         # --only adds to this kind's own set (not to another kind's it was compared with)
         cpus[kind] = {**cpus.get(kind, {}), **results} if args.only else results
+        if args.others_stale is not None:
+            for other, cases_of in cpus.items():
+                if other != kind:
+                    stale = {"stale": args.others_stale, "recorded_on": kind}
+                    cpus[other] = {**cases_of, **dict.fromkeys(results, stale)}
         payload = {
             "written_by": "analysis/fingerprints.py --write",
             "simfl_version": engine.simfl_version(),

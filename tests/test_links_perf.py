@@ -58,8 +58,9 @@ def test_sharing_the_server_link_makes_rounds_longer():
 def test_measure_writes_rows_with_numeric_ratios(tmp_path):
     rows = links_throughput.measure(repeats=1, sizes=[(5, 2, 0.5), (20, 2, 0.25)], big=30)
     # at each size a star and hierarchies of 10 edges (the cloud binding or not); at the
-    # largest also as many edges as devices per round, and a tenth as many under a binding cloud
-    assert [r["target"] for r in rows] == ["2 shared links"] * 8 + ["7 shared links, one big round"]
+    # largest also as many edges as devices per round (under a cloud that binds or not), and
+    # a tenth as many under a binding cloud
+    assert [r["target"] for r in rows] == ["2 shared links"] * 9 + ["7 shared links, one big round"]
     settings = [r["setting"] for r in rows]
     for i, size in ((0, 5), (3, 20)):
         assert settings[i].startswith(f"{size} per round on a star")
@@ -74,6 +75,9 @@ def test_measure_writes_rows_with_numeric_ratios(tmp_path):
     )
     assert settings[7].startswith(
         "20 per round on a hierarchy (2 shared edge links under a cloud link that binds"
+    )
+    assert settings[8].startswith(
+        "20 per round on a hierarchy (20 shared edge links under a cloud link that binds"
     )
     for r in rows:
         assert r["simfl"] > 0 and r["baseline"] > 0

@@ -41,9 +41,11 @@ from simfl import _native, run
 assert not _native.ACTIVE, _native.WHY_PURE
 catalogue = fingerprints.catalogue()
 out = {name: fingerprints.fingerprint_case(catalogue[name]) for name in json.loads(sys.argv[2])}
-for kind in ("star", "nested"):
-    res = run(links_throughput.scenario(100, 3, kind), progress=False, on_error="raise")
-    out[kind] = [fingerprints.frame_digest(res.rounds), fingerprints.frame_digest(res.clients)]
+for kind, edges in (("star", 10), ("nested", 10), ("tight", 10), ("tight", 100)):
+    scenario = links_throughput.scenario(100, 3, kind, edges=edges)
+    res = run(scenario, progress=False, on_error="raise")
+    digest = fingerprints.frame_digest
+    out[f"{kind}{edges}"] = [digest(res.rounds), digest(res.clients)]
 print(json.dumps(out))
 """
 
@@ -82,10 +84,12 @@ def test_compiled_modules_give_the_frames_of_their_python_sources() -> None:
         got = fingerprints.fingerprint_case(catalogue[name])
         assert (got["rounds"], got["clients"]) == (pure[name]["rounds"], pure[name]["clients"])
         assert got["n_jobs"] == pure[name]["n_jobs"] > 0
-    for kind in ("star", "nested"):
-        res = run(links_throughput.scenario(100, 3, kind), progress=False, on_error="raise")
+    # and the benchmark's: a star, a cloud that does not bind, one that binds (its edges follow)
+    for kind, edges in (("star", 10), ("nested", 10), ("tight", 10), ("tight", 100)):
+        scenario = links_throughput.scenario(100, 3, kind, edges=edges)
+        res = run(scenario, progress=False, on_error="raise")
         digests = [fingerprints.frame_digest(res.rounds), fingerprints.frame_digest(res.clients)]
-        assert digests == pure[kind]
+        assert digests == pure[f"{kind}{edges}"]
 
 
 def _patching_tests() -> list[str]:

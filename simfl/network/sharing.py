@@ -21,9 +21,13 @@ Two levels nest (an edge server's link under the cloud's, :meth:`SharedLink.atta
 then gets ``min(c_i, L_e, L)``, its edge's own level ``L_e`` and the cloud's level ``L``; the
 cloud solves for ``L`` with each child either *saturated* (taking exactly its capacity) or
 taking ``sum min(c_i, L)`` of its flows, in one water-filling over both levels
-(:meth:`SharedLink._rebalance_tree`). A step of it costs a few float comparisons per child
-(each child's test is three numbers, :meth:`SharedLink._bounds`, kept until that child
-changes) and heap work only where a member moves.
+(:meth:`SharedLink._rebalance_tree`). The cloud keeps the sums that give ``L`` and its
+children in four heaps (by the levels at which each would change class), each child taken in
+again only when it changes; an unsaturated child's level members (a *follower*'s: they all
+move at ``L``) are keyed on the cloud's *follower clock* ``W`` (bytes served at ``L``; the
+child's own clock is ``W`` less an offset fixed when it starts following), and a heap of the
+followers gives their next completion. So a change of ``L`` moves no child, and a step of the
+solve is heap work on the children that move only.
 
 A flow event moves the level once and moves only the flows whose class changes (each at most
 twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Across the links
@@ -31,7 +35,7 @@ of a network a :class:`Calendar` keeps their next completions in a heap (the ear
 the links due at a wake-up, at ``O(log L)`` per link that changed, not a pass over all ``L``
 links), and a parent keeps the sum of its children's takes that :meth:`SharedLink._settle_alone`
 tests (refreshed for the children that changed), so a hierarchy of many edge links costs no
-pass over its edges per flow event unless its cloud link binds. Heap entries are
+pass over its edges per flow event, whether its cloud link binds or not. Heap entries are
 invalidated lazily (a version number per flow). The sum of the capped flows' caps is kept
 incrementally and recomputed exactly (``math.fsum``) every so many changes, so it does not
 drift.
@@ -120,6 +124,40 @@ class SharedLink:
         self._stale_takes: list[SharedLink] = []
         self._children_capacity = 0.0
         self._takes_bounded = True
+        #: a child on its parent's list of children changed since its tree was last solved
+        self.dirty = False
+        self.bver = 0  # the version of its entries in its parent's heaps (see _take_in)
+        self.touched = False  # changed in the tree solve under way
+        #: what its parent's sums last counted for it: fixed rate, level members, members
+        self.seen_fixed = 0.0
+        self.seen_slope = 0
+        self.seen_count = 0
+        #: a *follower* (an unsaturated child with level members under a parent that binds):
+        #: its level members move at its parent's level, so its clock is its parent's
+        #: follower clock less ``offset``, and its ``clock``, ``since`` and ``level`` hold only
+        #: as of its last :meth:`_sync`
+        self.follows = False
+        self.offset = 0.0
+        self.fver = 0  # the version of its entry in its parent's follower heap
+        self.wkey = 0.0  # that entry's key: its first level member's key on the follower clock
+        #: a parent's side of the tree solve (:meth:`_rebalance_tree`)
+        self.fclock = 0.0  # W, bytes served to each follower's level members
+        self.fsince = 0.0  # when W was last advanced
+        self.n_follow = 0
+        self._follow: list[tuple[float, int, int, SharedLink]] = []  # followers by wkey
+        self._dirty: list[SharedLink] = []
+        self._touched: list[SharedLink] = []
+        self.t_fixed = 0.0  # sum of the children's fixed rates (capacity or capped caps)
+        self.t_slope = 0  # level members of the unsaturated children
+        self.t_count = 0  # members of the children
+        self._t_changes = 0
+        #: the children, by (key, slot, bver): saturated by own level (largest first,
+        #: negated); unsaturated by own level, by smallest level member's cap, and by largest
+        #: capped member's cap (negated)
+        self._sat_own: list[tuple[float, int, int, SharedLink]] = []
+        self._uns_own: list[tuple[float, int, int, SharedLink]] = []
+        self._uns_low: list[tuple[float, int, int, SharedLink]] = []
+        self._uns_high: list[tuple[float, int, int, SharedLink]] = []
 
     # ----------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -127,7 +165,12 @@ class SharedLink:
 
     def rate(self, m: Member) -> float:
         """The current rate of member ``m`` (bytes/s)."""
-        return m.cap if m.capped else self.level
+        if m.capped:
+            return m.cap
+        if self.follows:
+            assert self.parent is not None
+            return self.parent.level
+        return self.level
 
     def remaining(self, m: Member, now: float) -> float:
         """Bytes ``m`` has left at ``now`` (not before the last event)."""
@@ -139,7 +182,11 @@ class SharedLink:
         """When the next member finishes if nothing changes (``inf``: none; computed)."""
         t = math.inf
         top = self._top(self._by_key)
-        if top is not None and self.level < math.inf:
+        if top is not None and self.follows:  # on the parent's follower clock
+            parent = self.parent
+            assert parent is not None
+            t = parent.fsince + (top.key + self.offset - parent.fclock) / parent.level
+        elif top is not None and self.level < math.inf:
             t = self.since + (top.key - self.clock) / self.level
         top = self._top(self._by_end)
         if top is not None:
@@ -158,7 +205,9 @@ class SharedLink:
             if top.ver != ver or top.link is None:
                 return True
             level = self.level  # _clock_at(now), inline
-            if self.n_level == 0 or level == math.inf or level == -math.inf:
+            if self.follows:
+                clock = self._clock_at(now)
+            elif self.n_level == 0 or level == math.inf or level == -math.inf:
                 clock = self.clock
             else:
                 clock = self.clock + level * (now - self.since)
@@ -180,6 +229,8 @@ class SharedLink:
         arithmetic: once the link is advanced, a level member's remaining bytes are
         ``key - clock``).
         """
+        if self.follows:
+            self._sync(now)
         level = self.level  # _advance(now), inline
         if self.n_level and level != math.inf and level != -math.inf:
             self.clock = self.clock + level * (now - self.since)
@@ -197,8 +248,8 @@ class SharedLink:
                 break
             # _drop(top) of a level member, inline
             self._bounds_at = None
-            if self.parent is not None and not self.take_stale:
-                self._stale_take()
+            if self.parent is not None and not (self.dirty and self.take_stale):
+                self._changed()
             top.ver += 1
             self.n_level -= 1
             top.link = None
@@ -241,6 +292,8 @@ class SharedLink:
                 heapq.heappop(by_end)
             return  # pragma: no cover - m itself is on the heap
         # _advance and _to_level with the same arithmetic, inline
+        if self.follows:
+            self._sync(now)
         level = self.level
         if self.n_level and level != math.inf and level != -math.inf:
             self.clock = self.clock + level * (now - self.since)
@@ -248,8 +301,8 @@ class SharedLink:
         m.link = self
         m.seq = seq = next(_seq)
         self._bounds_at = None
-        if self.parent is not None and not self.take_stale:
-            self._stale_take()
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
         m.ver = ver = m.ver + 1
         m.capped = False
         m.key = key = self.clock + remaining
@@ -335,26 +388,38 @@ class SharedLink:
 
         Only the links whose completion it is (``next_at`` at most ``at``: the calendar's
         :meth:`Calendar.due`, in the order the links were filed) are asked (:meth:`due`, then
-        :meth:`finished`); if rounding left every member a hair short, the soonest one is
-        taken anyway (:meth:`pop_first`). Only the links that lost members are rebalanced,
+        :meth:`finished`), and with a parent its followers whose first level member finishes
+        by ``at`` (:meth:`_due_followers`: their level members finish on the parent's follower
+        clock, so the parent's ``next_at`` is theirs too); if rounding left every member a
+        hair short, the soonest one is taken anyway (:meth:`pop_first`, of the follower whose
+        member it is where it is one). Only the links that lost members are rebalanced,
         each as :meth:`settle` does, except that each tree is solved at most once (after the
         nested links whose own water-filling is the whole solution). Every other link keeps
         its members, classes and next completion. Returns the members taken out, link by link
         (callers order them by admission, ``seq``).
         """
         finished: list[Member] = []
-        touched: list[SharedLink] = []
+        touched: dict[SharedLink, None] = {}  # (a follower can be due twice: once by its parent)
         for link in calendar.due(at):
+            if link.n_follow:  # a parent: its followers' level members finish on its calendar
+                for child in link._due_followers(at):
+                    if child.due(now):
+                        done = child.finished(now)
+                        if done:
+                            finished += done
+                            touched[child] = None
             if (link.n_level or link.capped) and link.due(now):
                 done = link.finished(now)
                 if done:
                     finished += done
-                    touched.append(link)
+                    touched[link] = None
         if not finished:  # rounding: the soonest member is a hair short; finish it anyway
-            busy = [link for link in calendar.links if link.n_level or link.capped]
+            busy = [link for link in calendar.links if link.n_level or link.capped or link.n_follow]
             first = min(busy, key=lambda link: link.next_at)
+            if first.n_follow and first._follow_next() <= first.next_finish():
+                first = first._follow[0][3]  # the follower whose member it is (_follow_next)
             finished.append(first.pop_first(now))
-            touched.append(first)
+            touched[first] = None
         trees: dict[SharedLink, None] = {}
         for link in touched:  # each link at most once
             parent = link.parent
@@ -377,8 +442,8 @@ class SharedLink:
             self.children.append(child)
             self._takes.append(0.0)
             self._children_capacity += child.capacity
-            child.take_stale = False
-            child._stale_take()  # its take is read at the next look
+            child.take_stale = child.dirty = False
+            child._changed()  # its take is read at the next look, its state at the next solve
 
     def _fits(self) -> bool:
         """Whether this link's capped members and its children's takes fit its capacity.
@@ -440,21 +505,55 @@ class SharedLink:
         self.listed = True
         self.calendar.changed.append(self)
 
-    def _stale_take(self) -> None:
-        """Put this child on its parent's list of children whose take may have changed."""
-        assert self.parent is not None
-        self.take_stale = True
-        self.parent._stale_takes.append(self)
+    def _changed(self) -> None:
+        """Put this child on its parent's lists of children that changed (once on each).
+
+        One list is :meth:`_fits`'s (the takes to read again), the other the tree solve's
+        (the children whose sums, heap entries and next completion to take in again).
+        """
+        parent = self.parent
+        assert parent is not None
+        if not self.take_stale:
+            self.take_stale = True
+            parent._stale_takes.append(self)
+        if not self.dirty:
+            self.dirty = True
+            parent._dirty.append(self)
 
     def _clock_at(self, now: float) -> float:
+        if self.follows:  # its parent's follower clock at ``now``, less its offset
+            parent = self.parent
+            assert parent is not None
+            return parent._fclock_at(now) - self.offset
         level = self.level
         if self.n_level == 0 or level == math.inf or level == -math.inf:  # isinf, no call
             return self.clock
         return self.clock + level * (now - self.since)
 
     def _advance(self, now: float) -> None:
+        if self.follows:
+            self._sync(now)
+            return
         self.clock = self._clock_at(now)
         self.since = now
+
+    def _sync(self, now: float) -> None:
+        """A follower's clock, time and level at ``now``, from its parent's follower clock."""
+        parent = self.parent
+        assert parent is not None
+        self.clock = parent._fclock_at(now) - self.offset
+        self.since = now
+        self.level = parent.level
+
+    def _fclock_at(self, now: float) -> float:
+        """The follower clock ``W`` at ``now`` (at the level it was last advanced at).
+
+        During a tree solve it has been advanced to ``now`` already, and the level may be the
+        new one: it is not read then.
+        """
+        if now == self.fsince:
+            return self.fclock
+        return self.fclock + self.level * (now - self.fsince)
 
     @staticmethod
     def _top(heap: list[Entry]) -> Member | None:
@@ -467,8 +566,8 @@ class SharedLink:
 
     def _to_level(self, m: Member, remaining: float) -> None:
         self._bounds_at = None
-        if self.parent is not None and not self.take_stale:
-            self._stale_take()
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
         m.ver += 1
         m.capped = False
         m.key = self.clock + remaining
@@ -478,8 +577,8 @@ class SharedLink:
 
     def _to_capped(self, m: Member, remaining: float, now: float) -> None:
         self._bounds_at = None
-        if self.parent is not None and not self.take_stale:
-            self._stale_take()
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
         m.ver += 1
         m.capped = True
         m.t0, m.rem0 = now, remaining
@@ -491,8 +590,8 @@ class SharedLink:
     def _drop(self, m: Member) -> None:
         """Take ``m`` out of its class (no rebalance)."""
         self._bounds_at = None
-        if self.parent is not None and not self.take_stale:
-            self._stale_take()
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
         m.ver += 1
         if m.capped:
             del self.capped[m]
@@ -527,67 +626,211 @@ class SharedLink:
         *saturation*: a saturated child (its own level below this link's level ``L``) takes
         exactly its capacity; an unsaturated one takes ``sum min(c_i, L)`` of its members.
         ``L`` solves "all items take this link's capacity" for the current classes; an item
-        whose class disagrees with ``L`` (or, inside a saturated child, with the child's own
-        level) is moved, and ``L`` solved again. Every such move raises ``L`` (or leaves it
-        alone, inside a saturated child), so each item changes class at most twice.
+        whose class disagrees with ``L`` is moved (a saturated child is kept in agreement
+        with its own level, :meth:`_take_in`), and ``L`` solved again. Every such move
+        raises ``L`` (or leaves it alone), whatever the order of the moves, so each item
+        changes class at most twice and the classes end as progressive filling's.
 
-        Each child's test is three numbers (:meth:`_bounds`), refreshed only when that child
-        moves, so a step costs a few comparisons per child, not heap look-ups.
+        Nothing here passes over the children. The sums that give ``L`` are kept
+        (:attr:`t_fixed`, :attr:`t_slope`), and a child that disagrees is found at the top of
+        one of four heaps (saturated children by own level, largest first; unsaturated ones
+        by own level, by their smallest level member's cap and by their largest capped
+        member's cap), each child's entries pushed again when it changes (:meth:`_take_in`:
+        the children on :attr:`_dirty`, and those moved here). An unsaturated child's level
+        members all move at ``L`` (it is a *follower*): their keys are read on this link's
+        follower clock ``W`` (:attr:`fclock`, bytes served at ``L``; the child's clock is
+        ``W - offset``), and a heap of the followers by their first member's key gives their
+        next completion, so a change of ``L`` moves no child. Only the children that changed
+        are settled afterwards (:meth:`_finish_tree`).
 
-        A child is touched only when it changed: its members changed or moved, or the level
-        its level members see did (a saturated child's own level, else ``L``). The others
-        keep their virtual clocks, levels and next completions as they were, which the
-        unchanged level keeps right (the clock is advanced when the level changes, or by
-        the next change of the child's own, as every change advances it first).
+        Where this differs from a pass over the children in the same order (the moves'
+        order, the sums' rounding, a follower's clock read off ``W``), the results differ
+        by rounding only: the tests hold them to progressive filling and to the reference
+        network at a relative ``1e-9``.
         """
         self._advance(now)
-        children = self.children
-        # a child whose members changed since it was last settled has its bounds unknown
-        changed = [child._bounds_at is None for child in children]
-        bounds = [child._bounds_at or child._bounds() for child in children]
-        level = math.inf
+        level = self.level
+        if self.n_follow and level != math.inf and level != -math.inf:  # W at the old level
+            self.fclock = self.fclock + level * (now - self.fsince)
+        self.fsince = now
+        self._take_in_dirty(now)
+        capacity = self.capacity
         steps = 0
         while True:
             steps += 1
-            if steps > 64 and steps > 64 + 4 * (len(self) + sum(len(c) for c in children)):
+            if steps > 64 and steps > 64 + 4 * (len(self) + self.t_count):
                 break
-            fixed, slope = self.capped_sum, self.n_level
-            for child in children:
-                if child.saturated:
-                    fixed += child.capacity
-                else:
-                    fixed += child.capped_sum
-                    slope += child.n_level
+            fixed = self.capped_sum + self.t_fixed
+            slope = self.n_level + self.t_slope
             if slope:
-                level = (self.capacity - fixed) / slope
+                level = (capacity - fixed) / slope
             else:
-                level = math.inf if fixed <= self.capacity else -math.inf
-            if self._move_one(now, level) or self._settle_children(now, level, bounds, changed):
+                level = math.inf if fixed <= capacity else -math.inf
+            if self._move_one(now, level) or self._move_child(now, level):
                 continue
             break
+        self._finish_tree(now, level)
+
+    def _move_child(self, now: float, level: float) -> bool:
+        """One move of a child that disagrees with ``level``; whether one moved.
+
+        A child disagrees when its saturation does not match ``own < level`` (it flips), or,
+        unsaturated, when a member's class does not match ``level`` (the member moves). The
+        child is taken in again (:meth:`_take_in`).
+        """
+        pop = heapq.heappop
+        heap = self._sat_own
+        while heap:
+            key, _, ver, child = heap[0]
+            if child.bver != ver:
+                pop(heap)
+                continue
+            if not -key < level:  # its own level is not below L: it takes less than all
+                child.saturated = False
+                self._take_in(child, now)
+                return True
+            break
+        heap = self._uns_own
+        while heap:
+            key, _, ver, child = heap[0]
+            if child.bver != ver:
+                pop(heap)
+                continue
+            if key < level:  # its own level is below L: it takes its whole capacity
+                child.saturated = True
+                self._take_in(child, now)
+                return True
+            break
+        heap = self._uns_low
+        while heap:
+            key, _, ver, child = heap[0]
+            if child.bver != ver:
+                pop(heap)
+                continue
+            if key < level:  # a level member below L: capped by its own link
+                child._advance(now)
+                child._move_one(now, level)
+                self._take_in_dirty(now)
+                return True
+            break
+        heap = self._uns_high
+        while heap:
+            key, _, ver, child = heap[0]
+            if child.bver != ver:
+                pop(heap)
+                continue
+            if -key > level:  # a capped member above L: rejoins the level
+                child._advance(now)
+                child._move_one(now, level)
+                self._take_in_dirty(now)
+                return True
+            break
+        return False
+
+    def _take_in_dirty(self, now: float) -> None:
+        """:meth:`_take_in` every child on :attr:`_dirty` (the children that changed)."""
+        dirty = self._dirty
+        i = 0
+        while i < len(dirty):  # (a saturated child's own rebalancing may list it again)
+            child = dirty[i]
+            if child.dirty:
+                self._take_in(child, now)
+            i += 1
+        dirty.clear()
+
+    def _take_in(self, child: SharedLink, now: float) -> None:
+        """Count ``child`` again in the sums and heaps (it changed, or moved, or flipped).
+
+        A saturated child is first brought into agreement with its own level (its own
+        water-filling, :meth:`_rebalance`: it takes its capacity whatever its classes).
+        """
+        child.dirty = False
+        own, low, high = child._bounds()
+        if child.saturated and (low < own or high > own):
+            child._advance(now)
+            child._rebalance(now)
+            child.dirty = False  # (its moves listed it again)
+            own, low, high = child._bounds()
+        child.bver = ver = child.bver + 1
+        n = child.n_level
+        slot = child.slot
+        push = heapq.heappush
+        if child.saturated:
+            fixed, slope = child.capacity, 0
+            push(self._sat_own, (-own, slot, ver, child))
+        else:
+            fixed, slope = child.capped_sum, n
+            if n:
+                push(self._uns_own, (own, slot, ver, child))
+                push(self._uns_low, (low, slot, ver, child))
+            if child.capped:
+                push(self._uns_high, (-high, slot, ver, child))
+        count = n + len(child.capped)
+        self.t_slope += slope - child.seen_slope
+        self.t_count += count - child.seen_count
+        self._t_changes += 1
+        if self._t_changes > len(self.children) + 16:  # recomputed exactly: no drift
+            child.seen_fixed = fixed
+            self.t_fixed = math.fsum([c.seen_fixed for c in self.children])
+            self._t_changes = 0
+        else:
+            self.t_fixed += fixed - child.seen_fixed
+            child.seen_fixed = fixed
+        child.seen_slope, child.seen_count = slope, count
+        if not child.touched:
+            child.touched = True
+            self._touched.append(child)
+
+    def _finish_tree(self, now: float, level: float) -> None:
+        """Settle the children the solve touched at this link's new level ``level``.
+
+        Each gets its level (its own if saturated, else ``level``; a follower's is read off
+        this link), is advanced to ``now``, starts or stops following (an unsaturated child
+        with level members under a finite ``level`` follows: its offset fixed now), has its
+        follower entry pushed and its next completion filed (a follower's: its capped
+        members' only; its level members' are this link's). Untouched children are as they
+        were: a saturated one keeps its own level, a follower its offset.
+        """
         self.level = level
-        inf, isinf, pop = math.inf, math.isinf, heapq.heappop
-        for i, child in enumerate(children):
+        inf, pop = math.inf, heapq.heappop
+        finite = level != inf and level != -inf
+        touched = self._touched
+        for child in touched:
+            child.touched = False
             n = child.n_level
+            follow = finite and n > 0 and not child.saturated
+            if child.follows:
+                child._sync(now)
+                if not follow:
+                    child.follows = False
+                    child.fver += 1
+                    self.n_follow -= 1
+            else:
+                if child.since != now:  # child._advance(now) at its old level, inline
+                    old = child.level
+                    if n and old != inf and old != -inf:
+                        child.clock = child.clock + old * (now - child.since)
+                    child.since = now
+                if follow:
+                    child.follows = True
+                    child.offset = self.fclock - child.clock
+                    self.n_follow += 1
             if child.saturated:  # _own_level, inline
                 own = (child.capacity - child.capped_sum) / n if n else inf
             else:
                 own = level
-            old = child.level
-            if not changed[i] and (own == old or not n):
-                continue  # as it was (a child with no level member: its level is unused)
-            if child.since != now:  # child._advance(now) at its old level, inline
-                if n and not isinf(old):
-                    child.clock = child.clock + old * (now - child.since)
-                child.since = now
             child.level = own
             t = inf
-            if n:  # child.next_finish(), inline: the same arithmetic
+            if n:  # its first level member: a follower's entry, or its next_finish
                 heap = child._by_key
                 while heap:  # _top, inline
                     _, _, ver, first = heap[0]
                     if first.ver == ver and first.link is not None:
-                        if own < inf:
+                        if follow:
+                            child.fver = fver = child.fver + 1
+                            child.wkey = wkey = first.key + child.offset
+                            heapq.heappush(self._follow, (wkey, child.slot, fver, child))
+                        elif own < inf:
                             t = child.since + (first.key - child.clock) / own
                         break
                     pop(heap)
@@ -601,39 +844,87 @@ class SharedLink:
                             t = end
                         break
                     pop(heap)
-            if t != child.next_at:  # child._next(t), inline: once per child per tree solve
+            if t != child.next_at:  # child._next(t), inline
                 child.next_at = t
                 if not child.listed and child.calendar is not None:
                     child._refile()
-        self._next(self.next_finish())
+        touched.clear()
+        if not self.n_follow:
+            self.fclock = 0.0
+            self._follow.clear()
+        self._compact()
+        t = self.next_finish()
+        follow_t = self._follow_next()
+        self._next(follow_t if follow_t < t else t)
 
-    def _settle_children(
-        self,
-        now: float,
-        level: float,
-        bounds: list[tuple[float, float, float]],
-        changed: list[bool],
-    ) -> bool:
-        """One move of the first child that disagrees with ``level``; whether one moved.
+    def _follow_next(self) -> float:
+        """When the followers' first level member finishes if nothing changes (``inf``: none)."""
+        heap = self._follow
+        while heap:
+            wkey, _, ver, child = heap[0]
+            if child.fver == ver and child.follows:
+                return self.fsince + (wkey - self.fclock) / self.level
+            heapq.heappop(heap)
+        return math.inf
 
-        A child disagrees when its saturation does not match ``own < level`` (it flips), or
-        when a member's class does not match the level it sees (``own`` if saturated, else
-        ``level``): the member moves (the child advanced to ``now`` first), the child's
-        ``bounds`` are refreshed and it is marked ``changed``.
+    def _due_followers(self, at: float) -> list[SharedLink]:
+        """The followers whose first level member finishes by ``at``, in filing order.
+
+        The follower heap's entries finishing by ``at``, found from its top down (a
+        finishing time is monotone in the key), stale ones skipped; nothing is popped.
         """
-        for i, child in enumerate(self.children):
-            own, low, high = bounds[i]
-            if child.saturated != (own < level):  # (un)saturates: takes its capacity, or less
-                child.saturated = not child.saturated
-                return True
-            seen = own if child.saturated else level
-            if low < seen or high > seen:
-                child._advance(now)
-                child._move_one(now, seen)
-                bounds[i] = child._bounds()
-                changed[i] = True
-                return True
-        return False
+        heap = self._follow
+        out: list[SharedLink] = []
+        fsince, fclock, level = self.fsince, self.fclock, self.level
+        stack = [0] if heap else []
+        size = len(heap)
+        while stack:
+            i = stack.pop()
+            wkey, _, ver, child = heap[i]
+            if fsince + (wkey - fclock) / level > at:
+                continue
+            if child.fver == ver and child.follows:
+                out.append(child)
+            j = 2 * i + 1
+            if j < size:
+                stack.append(j)
+                if j + 1 < size:
+                    stack.append(j + 1)
+        if len(out) > 1:
+            out.sort(key=_index)
+        return out
+
+    def _compact(self) -> None:
+        """Build the children's heaps again from their current entries where mostly stale."""
+        most = 4 * len(self.children) + 64
+        if (
+            max(len(self._sat_own), len(self._uns_own), len(self._uns_low), len(self._uns_high))
+            > most
+        ):
+            sat: list[tuple[float, int, int, SharedLink]] = []
+            own_: list[tuple[float, int, int, SharedLink]] = []
+            low_: list[tuple[float, int, int, SharedLink]] = []
+            high_: list[tuple[float, int, int, SharedLink]] = []
+            for child in self.children:
+                if child.dirty:  # taken in (pushed) at the next solve
+                    continue
+                own, low, high = child._bounds()
+                entry = child.slot, child.bver, child
+                if child.saturated:
+                    sat.append((-own, *entry))
+                else:
+                    if child.n_level:
+                        own_.append((own, *entry))
+                        low_.append((low, *entry))
+                    if child.capped:
+                        high_.append((-high, *entry))
+            for heap in (sat, own_, low_, high_):
+                heapq.heapify(heap)
+            self._sat_own, self._uns_own, self._uns_low, self._uns_high = sat, own_, low_, high_
+        if len(self._follow) > most:
+            follow = [(c.wkey, c.slot, c.fver, c) for c in self.children if c.follows]
+            heapq.heapify(follow)
+            self._follow = follow
 
     def _bounds(self) -> tuple[float, float, float]:
         """(own level, smallest level member's cap, largest capped member's cap).
@@ -738,8 +1029,8 @@ class SharedLink:
 
     def _drop_level(self, m: Member) -> None:
         self._bounds_at = None
-        if self.parent is not None and not self.take_stale:
-            self._stale_take()
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
         m.ver += 1
         self.n_level -= 1
 
