@@ -6,13 +6,17 @@ read off the parent's follower clock, so a flow event takes in only the children
 These hold it to independent results: progressive filling
 (:func:`~simfl.network.flows.max_min_rates`) after every change of long scripts (many children,
 heaps compacted), the reference network (``ReferenceFlowNetwork``, relative ``1e-9``) on a
-hierarchy of 40 edges, the followers due at a wake-up against the followers' own completions,
-the rounding fallback finishing a follower's member, and the work per event (children taken in).
+hierarchy of 40 edges and on a FedBuff run that keeps the cloud binding throughout, the
+followers due at a wake-up against the followers' own completions, the rounding fallback
+finishing a follower's member, and the work per event (children taken in).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -20,10 +24,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simfl import policies, run
 from simfl.network import Network
 from simfl.network.flows import max_min_rates
 from simfl.network.sharing import Calendar, Member, SharedLink
-from tests.test_links_fast import FlowSpec, assert_same
+from tests.test_links_fast import FlowSpec, assert_frames_close, assert_same
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis" / "perf"))
+import links_throughput
 
 INF = math.inf
 
@@ -265,3 +273,19 @@ def test_a_flow_event_takes_in_only_the_children_that_change(monkeypatch):
     assert taken == [kids[7]]
     members = [(k, m) for k, m in members if m.link is not None]
     assert_filling(top, kids, members)
+
+
+def test_an_asynchronous_run_under_a_binding_cloud_equals_the_reference():
+    # FedBuff keeps 20 jobs running at all times on the benchmark's hierarchy whose cloud
+    # binds (10 edges, three times the star's server link in all, the cloud half of it), so
+    # edges follow the cloud for the whole run and its follower clock is never reset: the
+    # frames equal the reference links' (times and bytes to a relative 1e-9, the rest exactly)
+    scenario = dataclasses.replace(
+        links_throughput.scenario(20, 60, "tight", 0, edges=10),
+        policy=policies.FedBuff(buffer_size=10, concurrency=20),
+    )
+    fast = run(scenario, progress=False)
+    ref = run(scenario, progress=False, reference_links=True)
+    assert len(fast.clients) >= 600 and fast.meta["stop_reason"] == ref.meta["stop_reason"]
+    assert_frames_close(fast.rounds, ref.rounds)
+    assert_frames_close(fast.clients, ref.clients)

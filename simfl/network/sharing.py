@@ -678,54 +678,38 @@ class SharedLink:
         unsaturated, when a member's class does not match ``level`` (the member moves). The
         child is taken in again (:meth:`_take_in`).
         """
-        pop = heapq.heappop
-        heap = self._sat_own
+        first = self._first_child(self._sat_own)
+        if first is not None and not -first[0] < level:  # own not below L: takes less
+            first[1].saturated = False
+            self._take_in(first[1], now)
+            return True
+        first = self._first_child(self._uns_own)
+        if first is not None and first[0] < level:  # own below L: takes its whole capacity
+            first[1].saturated = True
+            self._take_in(first[1], now)
+            return True
+        first = self._first_child(self._uns_low)  # a level member below L: to be capped
+        if first is None or not first[0] < level:
+            first = self._first_child(self._uns_high)  # a capped one above L: to the level
+            if first is None or not -first[0] > level:
+                return False
+        child = first[1]
+        child._advance(now)
+        child._move_one(now, level)
+        self._take_in_dirty(now)
+        return True
+
+    @staticmethod
+    def _first_child(
+        heap: list[tuple[float, int, int, SharedLink]],
+    ) -> tuple[float, SharedLink] | None:
+        """The top entry's key and child (stale entries, of an older ``bver``, popped first)."""
         while heap:
             key, _, ver, child = heap[0]
-            if child.bver != ver:
-                pop(heap)
-                continue
-            if not -key < level:  # its own level is not below L: it takes less than all
-                child.saturated = False
-                self._take_in(child, now)
-                return True
-            break
-        heap = self._uns_own
-        while heap:
-            key, _, ver, child = heap[0]
-            if child.bver != ver:
-                pop(heap)
-                continue
-            if key < level:  # its own level is below L: it takes its whole capacity
-                child.saturated = True
-                self._take_in(child, now)
-                return True
-            break
-        heap = self._uns_low
-        while heap:
-            key, _, ver, child = heap[0]
-            if child.bver != ver:
-                pop(heap)
-                continue
-            if key < level:  # a level member below L: capped by its own link
-                child._advance(now)
-                child._move_one(now, level)
-                self._take_in_dirty(now)
-                return True
-            break
-        heap = self._uns_high
-        while heap:
-            key, _, ver, child = heap[0]
-            if child.bver != ver:
-                pop(heap)
-                continue
-            if -key > level:  # a capped member above L: rejoins the level
-                child._advance(now)
-                child._move_one(now, level)
-                self._take_in_dirty(now)
-                return True
-            break
-        return False
+            if child.bver == ver:
+                return key, child
+            heapq.heappop(heap)
+        return None
 
     def _take_in_dirty(self, now: float) -> None:
         """:meth:`_take_in` every child on :attr:`_dirty` (the children that changed)."""
