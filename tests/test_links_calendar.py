@@ -19,6 +19,7 @@ from simfl import Fleet, Scenario, algorithms, dists, policies
 from simfl.network import Network
 from simfl.network.sharing import Calendar, Member, SharedLink
 from tests.test_flow_round import assert_frames_close, assert_frames_equal, played
+from tests.test_links_tree import nested
 
 INF = math.inf
 TIMES = st.one_of(st.just(INF), st.sampled_from([0.0, 1.0, 2.0, 2.5]), st.floats(0.0, 10.0))
@@ -76,10 +77,9 @@ CAPS = st.integers(1, 40).map(lambda k: k / 8.0)
 def test_a_parents_kept_sum_answers_as_the_loop(child_caps, offset, script):
     # the parent's capacity is the children's sum (+ an offset): every child saturated puts
     # the sum on the boundary, or a relative 1e-12 off it, where the kept sum must defer
-    parent = SharedLink(sum(child_caps) * (1.0 + offset) if offset != 0.5 else 3.0)
-    children = [SharedLink(c) for c in child_caps]
-    for child in children:
-        parent.attach(child)
+    parent, children = nested(
+        sum(child_caps) * (1.0 + offset) if offset != 0.5 else 3.0, child_caps
+    )
     links = [parent, *children]
     members: list[tuple[SharedLink, Member]] = []
     now = 0.0

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from simfl import policies, run
 from simfl.network import Network
-from simfl.network.flows import max_min_rates
 from simfl.network.sharing import Calendar, Member, SharedLink
 from tests.test_links_fast import FlowSpec, assert_frames_close, assert_same
+from tests.test_links_tree import expected_rates, nested
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis" / "perf"))
 import links_throughput
@@ -38,25 +38,17 @@ INF = math.inf
 
 def tree(parent: float, children: list[float]) -> tuple[SharedLink, list[SharedLink], Calendar]:
     """A parent link over ``children``, all filed on one calendar."""
-    top = SharedLink(parent)
-    kids = [SharedLink(c) for c in children]
+    top, kids = nested(parent, children)
     calendar = Calendar()
-    calendar.add(top)
-    for kid in kids:
-        top.attach(kid)
-        calendar.add(kid)
+    for link in (top, *kids):
+        calendar.add(link)
     return top, kids, calendar
 
 
 def assert_filling(top: SharedLink, kids: list[SharedLink], members: list[tuple[int, Member]]):
     """Every member's rate is progressive filling's (relative ``1e-9``)."""
     links = [top, *kids]
-    capacity = np.array([top.capacity, *(k.capacity for k in kids), *(m.cap for _, m in members)])
-    base = 1 + len(kids)
-    paths = [
-        np.array([0, base + i] if k == 0 else [0, k, base + i]) for i, (k, _) in enumerate(members)
-    ]
-    want = max_min_rates(paths, capacity)
+    want = expected_rates(top.capacity, [k.capacity for k in kids], members)
     got = np.array([links[k].rate(m) for k, m in members])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=0.0)
 

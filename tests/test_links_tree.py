@@ -42,6 +42,15 @@ ops = st.lists(
 )
 
 
+def nested(parent: float, children: list[float]) -> tuple[SharedLink, list[SharedLink]]:
+    """A link of capacity ``parent`` with links of ``children`` capacities attached below it."""
+    top = SharedLink(parent)
+    kids = [SharedLink(c) for c in children]
+    for kid in kids:
+        top.attach(kid)
+    return top, kids
+
+
 def expected_rates(
     parent: float, children: list[float], members: list[tuple[int, Member]]
 ) -> np.ndarray:
@@ -61,10 +70,7 @@ def expected_rates(
     ops,
 )
 def test_a_many_child_tree_gives_progressive_filling_after_every_change(parent_cap, caps, script):
-    parent = SharedLink(parent_cap)
-    children = [SharedLink(c) for c in caps]
-    for child in children:
-        parent.attach(child)
+    parent, children = nested(parent_cap, caps)
     links = [parent, *children]
     members: list[tuple[int, Member]] = []
     now = 0.0
