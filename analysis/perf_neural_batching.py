@@ -28,6 +28,16 @@ kernels to do a client's arithmetic ``g s`` times faster. ``batched kernels / on
 is the profiled arithmetic time of the two ways (a rough figure: profiled passes vary by tens
 of percent on a shared machine).
 
+How fast the products run (``product share``, ``product GFLOPS``, ``peak ceiling``): the
+convolutions' and matrix products' floating-point operations (``torch.utils.flop_counter``;
+``product GFLOP per client-epoch``) over their profiled self time in one-by-one (``product
+GFLOPS``; ``batched product GFLOPS`` in the batched call, the same operations), against a large
+float32 matrix product's rate on the same threads (``GEMM peak GFLOPS``). ``product share`` is
+the products' share of one-by-one's profiled time. A speed-up ``g`` over one-by-one, with every
+other cost gone, needs the products at ``g * product share * product GFLOPS`` or more.
+``peak ceiling`` is one-by-one's speed-up if nothing but the products cost anything and they
+ran at that peak: an optimistic bound, as these products are far smaller than the peak's.
+
     python analysis/perf_neural_batching.py [--quick] [--cohort 10] [--threads 1]
 """
 
@@ -105,14 +115,26 @@ def torch_loop(net, params, data, clients, phases, sgd, seed):
                     opt.step()
 
 
-#: The torch operators that do a training step's arithmetic (their self time is the floor that
-#: batching cannot remove); everything else is per-call cost (views, allocation, dispatch,
-#: autograd bookkeeping, gathers of the minibatch, copies).
-ARITHMETIC = frozenset(
+#: The torch operators that compute convolutions and matrix products: the work that
+#: ``torch.utils.flop_counter`` counts, held against the machine's matrix-product peak
+#: (:func:`gemm_peak`).
+PRODUCTS = frozenset(
     {
         *("aten::mkldnn_convolution", "aten::convolution_backward"),
-        *("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward"),
         *("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    }
+)
+#: The torch operators that do a training step's arithmetic (their self time is the floor that
+#: batching cannot remove): the products, pooling (torch's and the comparisons, gather and
+#: NaN check of simfl's :func:`~simfl.neural.kernels.pool2_relu`, and the zero fill of the
+#: pooling's gradient), activations, the loss and the SGD update. Everything else is
+#: per-call cost (views, allocation, dispatch, autograd bookkeeping, gathers of the
+#: minibatch, copies and casts).
+ARITHMETIC = PRODUCTS | frozenset(
+    {
+        *("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward"),
+        *("aten::maximum", "aten::lt", "aten::bitwise_xor", "aten::bitwise_and", "aten::gather"),
+        *("aten::isfinite", "aten::abs", "aten::ne", "aten::eq", "aten::fill_", "aten::zero_"),
         *("aten::relu", "aten::clamp_min", "aten::clamp", "aten::threshold_backward"),
         *("aten::_log_softmax", "aten::_log_softmax_backward_data"),
         *("aten::nll_loss_forward", "aten::nll_loss_backward"),
@@ -121,23 +143,59 @@ ARITHMETIC = frozenset(
 )
 
 
-def kernel_seconds(fn, passes: int = 2) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """(arithmetic operators' self seconds, every operator's self seconds) of ``fn()``.
+def kernel_seconds(fn, passes: int = 2) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """(products', arithmetic operators', every operator's self seconds) of ``fn()``.
 
     The pass with the least arithmetic time of ``passes`` profiled ones (a single pass varies
-    by tens of percent on a shared machine).
+    by tens of percent on a shared machine). The products (:data:`PRODUCTS`) are part of the
+    arithmetic (:data:`ARITHMETIC`).
     """
     from torch.profiler import ProfilerActivity, profile
 
-    best = (math.inf, math.inf)
+    best = (math.inf, math.inf, math.inf)
     for _ in range(passes):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events) / 1e6
         arithmetic = sum(e.self_cpu_time_total for e in events if e.key in ARITHMETIC) / 1e6
-        best = min(best, (arithmetic, total))
+        products = sum(e.self_cpu_time_total for e in events if e.key in PRODUCTS) / 1e6
+        if arithmetic < best[1]:
+            best = (products, arithmetic, total)
     return best
+
+
+def flops(fn) -> float:  # type: ignore[no-untyped-def]
+    """Floating-point operations of the convolutions and matrix products of ``fn()``.
+
+    ``torch.utils.flop_counter.FlopCounterMode``'s count (two per multiply-accumulate, the
+    backward pass's products only where a gradient is needed), from one unprofiled pass.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return float(counter.get_total_flops())
+
+
+def gemm_peak(size: int = 1024, repeats: int = 5) -> float:
+    """Floating-point operations per second of a large float32 matrix product, this process's
+    torch threads (the median of ``repeats`` timings of 3 products of ``size x size``)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=g)
+    b = torch.randn(size, size, generator=g)
+    out = torch.empty(size, size)
+    torch.mm(a, b, out=out)  # warm: the kernel's buffers and the pages of out
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(3):
+            torch.mm(a, b, out=out)
+        rates.append(3 * 2 * size**3 / (time.perf_counter() - t))
+    return float(np.median(rates))
 
 
 def measure(
@@ -186,11 +244,19 @@ def measure(
     samples = float(np.mean([data.train_parts[c].size for c in clients]))
     out = {**best, "samples/client": samples}
     if kernels:
-        one, one_total = kernel_seconds(one_by_one)
-        many, _ = kernel_seconds(batched)
+        products, one, one_total = kernel_seconds(one_by_one)
+        products_many, many, _ = kernel_seconds(batched)
         out["kernel share"] = one / one_total
         out["ceiling"] = one_total / one
         out["batched kernels / one-by-one kernels"] = many / one
+        work = flops(one_by_one)  # the batched call's products are the same (tested)
+        peak = gemm_peak()
+        out["product GFLOP per client-epoch"] = work / (cohort * epochs) / 1e9
+        out["product share"] = products / one_total
+        out["product GFLOPS"] = work / products / 1e9
+        out["batched product GFLOPS"] = work / products_many / 1e9
+        out["GEMM peak GFLOPS"] = peak / 1e9
+        out["peak ceiling"] = one_total / (work / peak)
     return out
 
 
@@ -268,6 +334,11 @@ def main() -> None:
                 "kernel share (one-by-one)": r["kernel share"],
                 "ceiling": r["ceiling"],
                 "batched kernels / one-by-one": r["batched kernels / one-by-one kernels"],
+                "product share": r["product share"],
+                "product GFLOPS": r["product GFLOPS"],
+                "batched product GFLOPS": r["batched product GFLOPS"],
+                "GEMM peak GFLOPS": r["GEMM peak GFLOPS"],
+                "peak ceiling": r["peak ceiling"],
             }
         )
     pd.set_option("display.width", 200)

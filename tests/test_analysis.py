@@ -201,16 +201,69 @@ def test_perf_neural_batching_measures_the_same_work():
         task, 3, lambda net: (Phase(net.layer_names, 1),), 1, kernels=True
     )
     shares = {"kernel share", "ceiling", "batched kernels / one-by-one kernels"}
-    assert set(r) == {"batched", "one-by-one", "torch loop", "samples/client", *shares}
+    rates = {"product share", "product GFLOPS", "batched product GFLOPS", "GEMM peak GFLOPS"}
+    rates |= {"product GFLOP per client-epoch", "peak ceiling"}
+    assert set(r) == {"batched", "one-by-one", "torch loop", "samples/client", *shares, *rates}
     assert all(math.isfinite(v) and v > 0 for v in r.values())
     # the profile finds the step's arithmetic under these operator names (a torch that renamed
     # them would give a share of 0), and the ceiling is its inverse
-    assert 0 < r["kernel share"] < 1
+    assert 0 < r["product share"] < r["kernel share"] < 1
     assert r["ceiling"] == pytest.approx(1 / r["kernel share"])
     data = task.build(100, Streams(0))  # the clients measure() trains
-    assert r["samples/client"] == pytest.approx(
-        np.mean([data.train_parts[c].size for c in range(3)])
+    sizes = [data.train_parts[c].size for c in range(3)]
+    assert r["samples/client"] == pytest.approx(np.mean(sizes))
+    # the products' operations, exactly: every minibatch is whole (the last one padded, its
+    # padding masked out of the loss), so a client computes ceil(n / B) * B rows of 64-64-32-10:
+    # forward and weight gradients 2 * in * out per row and layer, input gradients from the
+    # second layer on (the images need none)
+    batch = perf_neural_batching.DEFAULT_SGD.batch_size
+    rows = sum(-(-n // batch) * batch for n in sizes)
+    io = [64 * 64, 64 * 32, 32 * 10]
+    assert r["product GFLOP per client-epoch"] * 3 * 1e9 == pytest.approx(
+        rows * (4 * sum(io) + 2 * sum(io[1:])), rel=1e-12
     )
+
+
+def test_perf_neural_batching_counts_the_same_products_batched_and_one_by_one():
+    """The batched call does the cohort's products at one client's shapes: the same count.
+
+    Also the pooling kernel's operators (simfl's own ``pool2_relu``) count as arithmetic.
+    """
+    torch = pytest.importorskip("torch")
+    import perf_neural_batching as pnb
+    from torch.profiler import profile
+
+    from simfl.neural import CNN, Digits, ImageClassification, Phase, Shards
+    from simfl.neural.kernels import pool2_relu
+    from simfl.neural.train import DEFAULT_SGD, train_cohort
+
+    task = ImageClassification(Digits(), Shards(2), CNN(channels=(4, 4), hidden=(16, 8), kernel=1))
+    data = task.build(20, Streams(0))
+    net = data.network
+    params = net.init(torch.Generator().manual_seed(0))
+    phases = (Phase(net.layer_names, 1),)
+    clients = np.arange(3)
+
+    def train(cohorts: list[np.ndarray]) -> None:
+        for co in cohorts:
+            rngs = [np.random.default_rng([1, int(c)]) for c in co]
+            index = data.train_index(co)
+            train_cohort(net, params, data.x_train, data.y_train, index, phases, DEFAULT_SGD, rngs)
+
+    one = pnb.flops(lambda: train([clients[c : c + 1] for c in clients]))
+    assert one > 0
+    assert pnb.flops(lambda: train([clients])) == one
+
+    x = torch.randn(4, 3, 6, 6, requires_grad=True)
+    with profile() as prof:
+        pool2_relu(x, True).sum().backward()
+    bookkeeping = {"aten::" + n for n in ("view", "as_strided", "slice", "empty", "reshape")}
+    bookkeeping |= {"aten::" + n for n in ("empty_strided", "empty_like", "ones_like", "to")}
+    bookkeeping |= {"aten::" + n for n in ("_to_copy", "copy_", "arange", "item", "detach")}
+    bookkeeping |= {"aten::" + n for n in ("_local_scalar_dense", "is_nonzero", "expand")}
+    bookkeeping |= {"aten::" + n for n in ("__and__", "__xor__", "resize_", "unsqueeze")}
+    ops = {e.key for e in prof.key_averages() if e.key.startswith("aten::")}
+    assert ops - bookkeeping <= pnb.ARITHMETIC, ops - bookkeeping - pnb.ARITHMETIC
 
 
 def test_server_link_reduced():

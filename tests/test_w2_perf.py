@@ -124,3 +124,13 @@ def test_w2_row_against_the_fastest_recorded_peer(tmp_path, monkeypatch, simfl_s
     assert (row["simfl"], row["baseline"], row["ratio"]) == (2.0, 0.95, round(0.95 / 2.0, 2))
     assert row["passed"] is False and "side by side" in row["note"]
     assert "not re-measured" not in row["note"]
+    # with the batching row's LeNet-5: W2's training products a round (10 client-epochs of
+    # 600 images) at its batched rate, against the round the goal allows (pfl's / 2)
+    lenet = {
+        "product GFLOP per client-epoch": 0.68,  # of 300 images: 1.36 for W2's 600
+        "samples/client": 300.0,
+        "batched product GFLOPS": 20.0,
+    }
+    (row,) = neural_suite.w2_rows(lenet)
+    assert "(13.6 GFLOP a round) take 0.68 s a round at the 20.0 GFLOPS" in row["note"]
+    assert f"against the {0.95 / 2:.2f} s a round the goal allows" in row["note"]

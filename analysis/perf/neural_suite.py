@@ -13,13 +13,18 @@ Rows (the suite's format, :mod:`_perf`):
   recorded runs (``shared/peers/results/w2_runs.jsonl``). The mean final accuracy over the
   ``--sim-seed`` runs (``results/w2_seeds.jsonl``) is held against the spread of the peers'
   final accuracies. Goal: >= 2x, accuracy within the spread. ``--run-w2`` first runs
-  ``bench.py --only simfl`` (``--repeats`` times) and the seeds 0-4.
+  ``bench.py --only simfl`` (``--repeats`` times) and the seeds 0-4. The note gives the
+  seconds W2's training products (convolutions and matrix products, torch's flop counter)
+  take a round at the rate the batching row's LeNet-5 does them, against the seconds a round
+  the goal allows.
 * ``batched vs one-by-one``: client-epochs per second of one ``train_cohort`` call for a
   cohort of 10 against one call per client (``perf_neural_batching.py``), for the W2 LeNet-5
   (batch 50, plain SGD) and the FedRep MLP (batch 10), at 1 torch thread. Goal: >= 3x. The
   note gives the share ``s`` of one-by-one's profiled time in arithmetic kernels
   (``perf_neural_batching.kernel_seconds``), which batching does not remove: the goal then
-  needs the kernels to do a client's arithmetic ``3 s`` times faster.
+  needs the kernels to do a client's arithmetic ``3 s`` times faster; and the rate of the
+  convolutions and matrix products against a 1024x1024 product's on the same core, with the
+  rate the goal would need of them were every other cost gone.
 * ``threads``: wall seconds per run of an 8-run neural sweep on 2 worker processes against 1
   (the sweep's wall time over its runs, as the issue measured it: 302 s against 25 s for 4
   runs): runs of one worker's share of the cores (``ImageClassification.threads``, which the
@@ -59,6 +64,8 @@ SEEDS = HERE / "results" / "w2_seeds.jsonl"
 SIDE = HERE / "results" / "w2_side_by_side.jsonl"
 W2 = HERE / "w2_simfl.py"
 W2_TARGET = 2.0
+W2_CLIENT_EPOCHS = 10  # W2's clients per round, one local epoch each
+W2_SAMPLES = 600  # W2's training images per client (shared/peers: 2 shards of 300)
 BATCH_TARGET = 3.0
 THREADS_TARGET = 1.1
 
@@ -95,11 +102,14 @@ def run_side_by_side(repeats: int, pfl_python: str) -> None:
     subprocess.run([*cmd, "--out", str(SIDE)], cwd=PEERS, check=True)
 
 
-def w2_rows() -> list[dict[str, Any]]:
+def w2_rows(lenet: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Target 4: W2 per-round time against the fastest peer, accuracy against their spread.
 
     With side-by-side rows (:data:`SIDE`) the time ratio is simfl's against pfl's measured
     there; else against the peers' recorded rows (measured by their authors on this machine).
+    ``lenet``, the batching benchmark's LeNet-5 case (:func:`batching_rows`), gives the note
+    the time W2's training products take a round at the rate simfl's batched call does them,
+    against the time the goal allows a round.
     """
     recorded = [r for r in _rows(PEERS / "results" / "w2_runs.jsonl") if r.get("peer") != "simfl"]
     side = _rows(SIDE)
@@ -145,9 +155,25 @@ def w2_rows() -> list[dict[str, Any]]:
             "passed": ratio >= W2_TARGET and lo <= mean_acc <= hi,
             "note": f"fastest peer {fastest} ({how}); simfl median of {len(ours)} at load "
             f"{load:.1f} on 2 cores{cpu_note}; mean final acc over {len(seeds)} sim-seed "
-            f"run(s) {mean_acc:.4f} vs peers {lo:.4f}-{hi:.4f}",
+            f"run(s) {mean_acc:.4f} vs peers {lo:.4f}-{hi:.4f}"
+            f"{_w2_products(lenet, medians[fastest])}",
         }
     ]
+
+
+def _w2_products(lenet: dict[str, Any] | None, fastest: float) -> str:
+    """W2's training products a round at simfl's batched rate, against the goal's round."""
+    if lenet is None:
+        return ""
+    # W2: 10 clients a round, one epoch of 600 images each (12 minibatches of 50)
+    work = W2_CLIENT_EPOCHS * lenet["product GFLOP per client-epoch"]
+    work *= W2_SAMPLES / lenet["samples/client"]
+    seconds = work / lenet["batched product GFLOPS"]
+    return (
+        f"; W2's training products ({work:.1f} GFLOP a round) take {seconds:.2f} s a round at "
+        f"the {lenet['batched product GFLOPS']:.1f} GFLOPS of simfl's batched LeNet-5 "
+        f"(batching row), against the {fastest / W2_TARGET:.2f} s a round the goal allows"
+    )
 
 
 def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -163,8 +189,9 @@ def _shown(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {p: round(v, 4) for p, v in _medians(rows).items()}
 
 
-def batching_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
-    """Target 4: batched cohort training against one client at a time."""
+def batching_rows(quick: bool, repeats: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Target 4: batched cohort training against one client at a time (rows, and the
+    measurements of the W2 LeNet-5 case)."""
     import perf_neural_batching as pnb
 
     from simfl.neural.task import torch_threads
@@ -190,10 +217,27 @@ def batching_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
                 "which batching does not remove: each client has its own weights, so the "
                 f"products keep their shapes. {BATCH_TARGET:g}x needs a client's arithmetic "
                 f"{BATCH_TARGET * r['kernel share']:.1f}x faster than torch's one-client "
-                f"kernels (removing every other cost alone: {r['ceiling']:.2f}x)",
+                f"kernels (removing every other cost alone: {r['ceiling']:.2f}x). "
+                f"{_products_note(r, BATCH_TARGET)}",
             }
         )
-    return out
+    return out, dict(cases)[pnb.SUITE_CASES[0]]
+
+
+def _products_note(r: dict[str, Any], goal: float) -> str:
+    """How fast one-by-one's convolutions and matrix products run, and what ``goal`` needs."""
+    need = goal * r["product share"] * r["product GFLOPS"]
+    peak = r["GEMM peak GFLOPS"]
+    return (
+        f"Its convolutions and matrix products ({r['product GFLOP per client-epoch']:.2f} GFLOP "
+        f"per client-epoch, torch's flop counter) run at {r['product GFLOPS']:.1f} GFLOPS "
+        f"(batched {r['batched product GFLOPS']:.1f}), {r['product GFLOPS'] / peak:.0%} of this "
+        f"core's {peak:.0f} GFLOPS on a 1024x1024 product, and take "
+        f"{r['product share']:.0%} of its time: with every other cost gone {goal:g}x needs them "
+        f"at {need:.0f} GFLOPS or more ({need / r['product GFLOPS']:.1f}x torch's rate on these "
+        f"shapes, {need / peak:.0%} of that peak; at the peak alone: "
+        f"{r['peak ceiling']:.1f}x)"
+    )
 
 
 def _sweep_seconds(
@@ -315,7 +359,8 @@ def measure(quick: bool, repeats: int, run: bool = False) -> list[dict[str, Any]
     # the sweeps first: their workers are forked, and a worker with several threads hangs if
     # this process has already run torch on several OpenMP threads (see simfl.sweeps.executors)
     threads = threads_rows(quick)
-    return w2_rows() + batching_rows(quick, max(1, min(repeats, 3))) + threads + gpu_rows(quick)
+    batching, lenet = batching_rows(quick, max(1, min(repeats, 3)))
+    return w2_rows(lenet) + batching + threads + gpu_rows(quick)
 
 
 def main() -> None:
