@@ -488,6 +488,27 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
 
     c["neural-fedrep-digits"] = neural_case
 
+    def neural_unequal(partial: bool) -> Case:
+        """Unequal clients (log-normal sizes): steps some clients sit out (issue 13)."""
+        import torch
+
+        from simfl import neural
+
+        torch.set_num_threads(1)
+        sc = Scenario(
+            task=neural.ImageClassification(
+                neural.Digits(), neural.LogNormalSizes(1.0), neural.MLP((32, 16))
+            ),
+            algorithm=neural.FedProx(mu=0.1, epochs=2),
+            fleet=Fleet.homogeneous(20, compute=dists.Exponential(mean=1.0)),
+            policy=policies.Deadline(0.0012, fraction=0.25, partial=partial),
+            rounds=4,
+        )
+        return sc, {}
+
+    c["neural-fedprox-lognormal-digits"] = lambda: neural_unequal(False)
+    c["neural-fedprox-lognormal-partial-digits"] = lambda: neural_unequal(True)
+
     # ---- the catalogue's policies and partial work (issue 17)
     fedat = policies.FedAT(tiers=3, count=4)
     c["t-fedat"] = lambda: (timing(fedat, dropout_rate=0.05), {})

@@ -43,6 +43,7 @@ ran at that peak: an optimistic bound, as these products are far smaller than th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -62,12 +63,14 @@ from simfl.neural import (
     SGD,
     DatasetNotFoundError,
     Digits,
+    Dirichlet,
     FashionMNIST,
     ImageClassification,
+    LogNormalSizes,
     Phase,
     Shards,
 )
-from simfl.neural.train import DEFAULT_SGD, epoch_order, train_cohort
+from simfl.neural.train import DEFAULT_SGD, IntArray, epoch_order, train_cohort
 
 
 def torch_loop(net, params, data, clients, phases, sgd, seed):
@@ -310,18 +313,108 @@ def run_cases(
     return out
 
 
+#: Unequal client sizes (issue 13): the partitions of the sit-out measurement.
+UNEQUAL = {
+    "log-normal sizes (sigma 1)": LogNormalSizes(1.0),
+    "Dirichlet(0.5) labels": Dirichlet(0.5),
+}
+
+
+def measure_unequal(
+    task: ImageClassification, phases_of, repeats: int, sgd: SGD, cohorts: int, cohort: int
+) -> dict[str, float]:
+    """Client-epochs per second of sit-out, masked and one-by-one training on unequal clients.
+
+    ``cohorts`` cohorts of ``cohort`` clients drawn from 100 (seeded), each trained three ways
+    side by side (interleaved, best of ``repeats``): ``sit-out``, one ``train_cohort`` call
+    whose steps compute only the clients with a sample left (:data:`~simfl.neural.train.SIT_OUT`,
+    the default); ``masked``, the same call computing every client each step, those without a
+    sample masked (``SIT_OUT = False``); ``one-by-one``, one call per client. ``useful`` is the
+    share of the masked call's client-steps that have a sample (the rest is padding).
+    """
+    import torch
+
+    from simfl.neural import train
+
+    streams = Streams(0)
+    data = task.build(100, streams)
+    net = data.network
+    params = net.init(torch.Generator().manual_seed(0))
+    phases = phases_of(net)
+    epochs = sum(p.epochs for p in phases)
+    draw = np.random.default_rng(7)
+    picks = [np.sort(draw.choice(100, cohort, replace=False)) for _ in range(cohorts)]
+    sizes = np.array([[data.train_parts[int(c)].size for c in p] for p in picks])
+    steps = np.ceil(sizes / sgd.batch_size)
+    useful = float(steps.sum() / (steps.max(axis=1) * cohort).sum())
+
+    def call(clients: IntArray) -> None:
+        rngs = [np.random.default_rng([1, int(c)]) for c in clients]
+        index = data.train_index(clients)
+        train_cohort(net, params, data.x_train, data.y_train, index, phases, sgd, rngs)
+
+    def sit_out() -> None:
+        for p in picks:
+            call(p)
+
+    def masked() -> None:
+        train.SIT_OUT = False
+        try:
+            sit_out()
+        finally:
+            train.SIT_OUT = True
+
+    def one_by_one() -> None:
+        for p in picks:
+            for c in p:
+                call(p[p == c])
+
+    ways = (("sit-out", sit_out), ("masked", masked), ("one-by-one", one_by_one))
+    times: dict[str, list[float]] = {name: [] for name, _ in ways}
+    for _ in range(repeats):
+        for name, fn in ways:
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    work = cohorts * cohort * epochs
+    return {**{n: work / min(ts) for n, ts in times.items()}, "useful": useful}
+
+
+def run_unequal(
+    quick: bool, cohort: int, repeats: int, only: tuple[str, ...] | None = None
+) -> list[tuple[str, str, dict[str, float]]]:
+    """``(case, partition, measurements)`` of :func:`measure_unequal` for every case (or those
+    in ``only``) and every partition of :data:`UNEQUAL`."""
+    out = []
+    for label, (task, phases_of, sgd) in cases(quick).items():
+        if only is not None and label not in only:
+            continue
+        for name, partition in UNEQUAL.items():
+            t = dataclasses.replace(task, partition=partition)
+            out.append(
+                (
+                    label,
+                    name,
+                    measure_unequal(t, phases_of, repeats, sgd, 2 if quick else 5, cohort),
+                )
+            )
+    return out
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--cohort", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--only", default="", help="the cases whose label contains this text")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 3)
     rows = []
-    for label, r in run_cases(args.quick, args.cohort, repeats):
+    only = tuple(k for k in cases(args.quick) if args.only in k)
+    for label, r in run_cases(args.quick, args.cohort, repeats, only):
         rows.append(
             {
                 "local update": label,
@@ -344,6 +437,22 @@ def main() -> None:
     pd.set_option("display.width", 200)
     print(f"cohort of {args.cohort} clients, {args.threads} torch thread(s), best of {repeats}")
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    unequal = [
+        {
+            "local update": label,
+            "partition": name,
+            "useful share (masked)": r["useful"],
+            "sit-out (client-epochs/s)": r["sit-out"],
+            "masked": r["masked"],
+            "one-by-one": r["one-by-one"],
+            "sit-out / masked": r["sit-out"] / r["masked"],
+            "sit-out / one-by-one": r["sit-out"] / r["one-by-one"],
+            "masked / one-by-one": r["masked"] / r["one-by-one"],
+        }
+        for label, name, r in run_unequal(args.quick, args.cohort, repeats, only)
+    ]
+    print("\nunequal client sizes: cohorts drawn from 100 clients")
+    print(pd.DataFrame(unequal).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
 
 if __name__ == "__main__":

@@ -224,6 +224,32 @@ def test_perf_neural_batching_measures_the_same_work():
     )
 
 
+def test_perf_neural_batching_unequal_clients():
+    """The unequal-sizes measurement: its three ways, the masked call's useful share of
+    client-steps (from the sizes), and the module switch restored."""
+    pytest.importorskip("torch")
+    import perf_neural_batching as pnb
+
+    from simfl.neural import MLP, SGD, Digits, ImageClassification, LogNormalSizes, Phase, train
+
+    task = ImageClassification(Digits(), LogNormalSizes(1.0), MLP((16, 8)))
+    sgd = SGD(batch_size=20)
+    r = pnb.measure_unequal(task, lambda net: (Phase(net.layer_names, 1),), 1, sgd, 2, 4)
+    assert set(r) == {"sit-out", "masked", "one-by-one", "useful"}
+    assert all(math.isfinite(v) and v > 0 for v in r.values())
+    assert train.SIT_OUT is True
+    data = task.build(100, Streams(0))
+    draw = np.random.default_rng(7)  # the cohorts measure_unequal draws
+    steps = np.array(
+        [
+            [-(-data.train_parts[int(c)].size // 20) for c in draw.choice(100, 4, replace=False)]
+            for _ in range(2)
+        ]
+    )
+    assert r["useful"] == pytest.approx(steps.sum() / (steps.max(axis=1) * 4).sum(), rel=1e-12)
+    assert r["useful"] < 1  # log-normal sizes: unequal steps
+
+
 def test_perf_neural_batching_counts_the_same_products_batched_and_one_by_one():
     """The batched call does the cohort's products at one client's shapes: the same count.
 

@@ -22,6 +22,8 @@ from simfl.engine import sync
 from simfl.network import Network
 
 TIME_COLUMNS = ("time", "duration", "t_start", "t_end", "download", "compute", "upload", "wait")
+CLOCK = ("time", "t_start", "t_end")  # times on the run's clock
+DURATIONS = ("duration", "download", "compute", "upload", "wait")  # differences of two
 
 
 def assert_frames_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -37,7 +39,14 @@ def assert_frames_close(fast: pd.DataFrame, ref: pd.DataFrame) -> None:
             # bytes moved by a stopped transfer are a difference (size - bytes left): where a
             # flow stopped a hair short of done, both sides hold rounding remainders (~1e-12
             # of a 2 kB flow), equal only to 1e-9 of the transfers' scale, not of themselves
-            scale = np.nanmax(np.abs(b.to_numpy())) if col.startswith("bytes") and len(b) else 0.0
+            # likewise a phase's length is a difference of two times (a job cancelled at the
+            # run's end as its compute began: compute = 7.5 - (7.5 - 8.9e-16) against 0.0), equal
+            # only to 1e-9 of the run's time scale (its latest time)
+            scale = 0.0
+            if col.startswith("bytes") and len(b):
+                scale = np.nanmax(np.abs(b.to_numpy()))
+            elif col in DURATIONS and len(b):
+                scale = np.nanmax(np.abs(ref[[c for c in CLOCK if c in ref]].to_numpy()))
             np.testing.assert_allclose(
                 a, b, rtol=1e-9 if loose else 0.0, atol=1e-9 * scale, err_msg=col
             )

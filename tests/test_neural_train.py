@@ -287,6 +287,102 @@ def test_batched_training_equals_each_client_trained_alone(case):
         torch.testing.assert_close(single[name][0], got[name][2], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("limit", [None, (5, 9, 2, 7)])
+@pytest.mark.parametrize("case", list(CASES))
+def test_clients_sitting_a_step_out_is_masking_them(case, limit, monkeypatch):
+    """Clients without a sample in a step sit it out (``train.SIT_OUT``) rather than being
+    computed and masked. With the cohort in order of steps per epoch, most first, the clients
+    that step are a leading block and nothing moves: the same numbers bit for bit. In any
+    other order the cohort is put in that order first, which moves clients in memory; MKL's
+    small batched products round differently at another alignment (as a cohort of one does,
+    above), so there: equal to the same rounding tolerance as that check."""
+    from simfl.neural import train
+
+    task, make_phases, sgd, mu = CASES[case]
+    data, net, params, streams, _ = cohort(task, 12, [])
+    sizes = {c: data.train_parts[c].size for c in (0, 3, 4, 9)}
+    phases = make_phases(net)
+    prox = None if mu is None else (mu, params)
+    blocks = []
+    step_block = train._Cohort._block
+
+    def counted(self, *args):  # the steps computed as a leading block
+        blocks.append(args[2].shape[0])
+        return step_block(self, *args)
+
+    monkeypatch.setattr(train._Cohort, "_block", counted)
+
+    def run(clients, sit_out):
+        monkeypatch.setattr(train, "SIT_OUT", sit_out)
+        clients = np.asarray(clients)
+        return train_cohort(
+            net,
+            params,
+            data.x_train,
+            data.y_train,
+            data.train_index(clients),
+            phases,
+            sgd,
+            [streams.generator("t", int(c)) for c in clients],
+            prox,
+            None if limit is None else np.asarray(limit, dtype=float),
+        )
+
+    in_order = sorted(sizes, key=lambda c: -sizes[c])
+    masked, masked_loss = run(in_order, False)
+    assert not blocks
+    got, loss = run(in_order, True)
+    assert blocks and min(blocks) < len(sizes)  # some steps left clients out
+    for name in params:
+        assert torch.equal(got[name], masked[name]), name
+    np.testing.assert_array_equal(loss, masked_loss)
+
+    shuffled = [0, 3, 4, 9]  # not in that order: reordered inside, and back
+    assert shuffled != in_order
+    masked, masked_loss = run(shuffled, False)
+    got, loss = run(shuffled, True)
+    for name in params:
+        torch.testing.assert_close(got[name], masked[name], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss, masked_loss, rtol=1e-5)
+
+
+def test_sitting_out_computes_only_the_clients_that_step(monkeypatch):
+    """The work sitting out saves, exactly: the products (torch's flop counter) of a cohort
+    whose clients sit out are those of its clients' own steps; masking computes every client
+    in every step, as many as the longest client's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from simfl.neural import train
+
+    task, make_phases, sgd, mu = CASES["mlp-all-prox"]
+    data, net, params, streams, clients = cohort(task, 12, [0, 3, 4, 9])
+    phases = make_phases(net)
+    steps = np.array([-(-data.train_parts[c].size // sgd.batch_size) for c in clients])
+    assert len(set(steps)) == len(steps)
+
+    def products(sit_out):
+        monkeypatch.setattr(train, "SIT_OUT", sit_out)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            train_cohort(
+                net,
+                params,
+                data.x_train,
+                data.y_train,
+                data.train_index(clients),
+                phases,
+                sgd,
+                [streams.generator("t", int(c)) for c in clients],
+                (mu, params),
+            )
+        return counter.get_total_flops()
+
+    masked = products(False)
+    # every client-step is a whole minibatch (padding masked out of the loss) of one network:
+    # the same products each, so the counts are in the ratio of the client-steps
+    assert products(True) * len(steps) * steps.max() == masked * steps.sum()
+
+
 def test_frozen_layers_do_not_move_and_loss_is_the_mean_minibatch_loss():
     data, net, params, streams, clients = cohort(
         ImageClassification(Digits(), LogNormalSizes(0.0), MLP((16, 8))), 10, [1, 2]

@@ -25,6 +25,12 @@ Rows (the suite's format, :mod:`_perf`):
   needs the kernels to do a client's arithmetic ``3 s`` times faster; and the rate of the
   convolutions and matrix products against a 1024x1024 product's on the same core, with the
   rate the goal would need of them were every other cost gone.
+* ``batched vs one-by-one, unequal clients``: the same on clients of unequal sizes
+  (log-normal sizes, Dirichlet(0.5) labels; ``perf_neural_batching.measure_unequal``), 5
+  cohorts of 10 drawn from 100: the batched call, whose clients sit out the steps they do not
+  take, against one call per client. The note gives the batched call that computes and masks
+  them instead (``simfl.neural.train.SIT_OUT = False``) and the share of its client-steps that
+  have a sample. Goal: >= 3x, as above.
 * ``threads``: wall seconds per run of an 8-run neural sweep on 2 worker processes against 1
   (the sweep's wall time over its runs, as the issue measured it: 302 s against 25 s for 4
   runs): runs of one worker's share of the cores (``ImageClassification.threads``, which the
@@ -224,6 +230,40 @@ def batching_rows(quick: bool, repeats: int) -> tuple[list[dict[str, Any]], dict
     return out, dict(cases)[pnb.SUITE_CASES[0]]
 
 
+def unequal_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
+    """Target 4 on clients of unequal sizes: batched training, whose clients sit out the steps
+    they do not take, against one client at a time and against masking them."""
+    import perf_neural_batching as pnb
+
+    from simfl.neural.task import torch_threads
+
+    with torch_threads(1):
+        cases = pnb.run_unequal(quick, cohort=10, repeats=repeats, only=pnb.SUITE_CASES)
+    out = []
+    for label, partition, r in cases:
+        ratio = r["sit-out"] / r["one-by-one"]
+        cohorts = 2 if quick else 5
+        out.append(
+            {
+                "target": "13.4 batched vs one-by-one, unequal clients",
+                "setting": f"{label}, {partition}, {cohorts} cohorts of 10 of 100 clients, "
+                "1 torch thread",
+                "simfl": round(r["sit-out"], 2),
+                "baseline": round(r["one-by-one"], 2),
+                "unit": "client-epochs per s",
+                "ratio": shown(ratio, 2, at_least=True),
+                "goal": f">= {BATCH_TARGET:g}x",
+                "passed": ratio >= BATCH_TARGET,
+                "note": f"clients without a sample in a step sit it out; computing and masking "
+                f"them instead (as before): {r['masked']:.2f} client-epochs/s, "
+                f"{r['masked'] / r['one-by-one']:.2f}x one-by-one (sitting out: "
+                f"{r['sit-out'] / r['masked']:.2f}x that), {r['useful']:.0%} of its "
+                "client-steps having a sample",
+            }
+        )
+    return out
+
+
 def _products_note(r: dict[str, Any], goal: float) -> str:
     """How fast one-by-one's convolutions and matrix products run, and what ``goal`` needs."""
     need = goal * r["product share"] * r["product GFLOPS"]
@@ -360,7 +400,8 @@ def measure(quick: bool, repeats: int, run: bool = False) -> list[dict[str, Any]
     # this process has already run torch on several OpenMP threads (see simfl.sweeps.executors)
     threads = threads_rows(quick)
     batching, lenet = batching_rows(quick, max(1, min(repeats, 3)))
-    return w2_rows(lenet) + batching + threads + gpu_rows(quick)
+    unequal = unequal_rows(quick, max(1, min(repeats, 3)))
+    return w2_rows(lenet) + batching + unequal + threads + gpu_rows(quick)
 
 
 def main() -> None:

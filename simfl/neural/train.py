@@ -6,7 +6,12 @@ is one forward and one backward pass over all clients' minibatches (:meth:`Net.f
 and the gradient of the SUM of the clients' mean losses splits into each client's own gradient.
 Clients with fewer samples run fewer steps: in the steps they do not take they are masked out
 (parameters and momentum untouched), so each client's result is what training it alone gives,
-up to the rounding of batched matrix products.
+up to the rounding of batched matrix products. They also sit those steps out
+(:data:`SIT_OUT`): the cohort is put in order of its clients' steps per epoch, most first, so
+the clients that take a step are a leading block of it and the step computes only that block
+(views of the stacked tensors, nothing copied). With unequal clients the masked steps are most
+of the work (a Dirichlet(0.5) or log-normal split of Fashion-MNIST: a third to three quarters
+of a cohort's client-steps); ``analysis/perf_neural_batching.py`` measures it.
 
 The update is PyTorch's ``torch.optim.SGD`` step, element for element: ``g = grad + wd * w``
 (weight decay on weights, not biases, as in the FedRep code), plus ``mu * (w - w0)`` for a
@@ -46,6 +51,10 @@ IntArray = NDArray[np.int64]
 #: Samples (all clients together) per chunk when a frozen prefix or an evaluation runs over
 #: whole client data sets; bounds the memory of convolution outputs.
 CHUNK = 1024
+#: Whether clients without a sample in a step sit it out (the module docstring); ``False``
+#: computes every client every step, masking those without one: the same numbers (tested), a
+#: switch for the tests and the benchmark, which compare the two.
+SIT_OUT = True
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,55 @@ def train_cohort(
         of ``x`` (the computation runs there), and each client's mean minibatch loss over the
         whole update (NaN for a client without data).
     """
+    counts = (index >= 0).sum(axis=1)
+    steps = -(-counts // sgd.batch_size)
+    order = np.argsort(-steps, kind="stable")
+    if not SIT_OUT or (order == np.arange(order.size)).all():
+        return _train(net, params, x, y, index, phases, sgd, rngs, prox, limit)
+    # the cohort in order of steps per epoch, most first, and back
+    dev = x.device
+    params = _on(params, dev)
+    there = torch.from_numpy(order).to(dev)
+    back = np.argsort(order)
+    got, loss = _train(
+        net,
+        _in_order(net, params, there),
+        x,
+        y,
+        index[order],
+        phases,
+        sgd,
+        [rngs[i] for i in order],
+        None if prox is None else (prox[0], _in_order(net, _on(prox[1], dev), there)),
+        None if limit is None else limit[order],
+    )
+    trained = set(net.params_of({layer for p in phases for layer in p.layers}))
+    home = torch.from_numpy(back).to(dev)
+    out = {n: got[n].index_select(0, home) if n in trained else p for n, p in params.items()}
+    return out, loss[back]
+
+
+def _in_order(net: Net, params: Params, order: Tensor) -> Params:
+    """The stacked parameters' clients in ``order`` (copies); shared ones as they are."""
+    return {
+        n: p.index_select(0, order) if p.dim() == len(net.shapes[n]) + 1 else p
+        for n, p in params.items()
+    }
+
+
+def _train(
+    net: Net,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    index: IntArray,
+    phases: Sequence[Phase],
+    sgd: SGD,
+    rngs: Sequence[np.random.Generator],
+    prox: tuple[float, Params] | None,
+    limit: NDArray[np.float64] | None,
+) -> tuple[Params, NDArray[np.float64]]:
+    """:func:`train_cohort` of a cohort as it is ordered."""
     c = index.shape[0]
     counts = (index >= 0).sum(axis=1)
     dev = x.device
@@ -193,7 +251,7 @@ def train_cohort(
                     if not going.any():
                         break
                     pos = np.where(going[:, None], pos, -1)
-                cohort.step(params, names, torch.from_numpy(pos).to(dev), feats, first)
+                cohort.step(params, names, pos, feats, first)
     out = {n: p.detach() for n, p in params.items()}
     with np.errstate(invalid="ignore"):
         return out, cohort.loss_sum / cohort.steps_done
@@ -236,10 +294,21 @@ class _Cohort:
     bufs: dict[str, Tensor] = field(default_factory=dict)
 
     def step(
-        self, params: Params, names: Sequence[str], pos: Tensor, feats: Tensor | None, first: int
+        self, params: Params, names: Sequence[str], pos: IntArray, feats: Tensor | None, first: int
     ) -> None:
-        """One minibatch of every client (``pos``: its positions, -1 for none) and its update."""
-        loss, n_valid = self.loss(params, pos, feats, first)
+        """One minibatch of every client (``pos``: its positions, -1 for none) and its update.
+
+        The clients after the last one with a sample sit the step out (:data:`SIT_OUT`): it
+        runs on views of the leading block of every stacked tensor, the same operations on
+        the same memory as the whole cohort's step, so the same numbers bit for bit.
+        """
+        going = np.flatnonzero((pos >= 0).any(axis=1))
+        k = pos.shape[0] if not SIT_OUT or going.size == 0 else int(going[-1]) + 1
+        if k < pos.shape[0]:
+            self._block(params, names, pos[:k], feats, first)
+            return
+        dev = self.idx.device
+        loss, n_valid = self.loss(params, self.idx, torch.from_numpy(pos).to(dev), feats, first)
         grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
         active = n_valid > 0
         _sgd_step(params, self.bufs, names, grads, active, self.sgd, self.prox)
@@ -247,12 +316,49 @@ class _Cohort:
         self.loss_sum[act] += loss.detach().cpu().numpy()[act]
         self.steps_done[act] += 1
 
+    def _block(
+        self, params: Params, names: Sequence[str], pos: IntArray, feats: Tensor | None, first: int
+    ) -> None:
+        """:meth:`step` of the leading ``k = len(pos)`` clients alone (views, in place)."""
+        k = pos.shape[0]
+        lead = {n: self._lead(n, p, k) for n, p in params.items()}
+        for n in names:
+            lead[n].requires_grad_(True)
+        bufs = {n: b[:k] for n, b in self.bufs.items()}
+        prox = None
+        if self.prox is not None:
+            prox = (self.prox[0], {n: self._lead(n, w, k) for n, w in self.prox[1].items()})
+        pos_t = torch.from_numpy(pos).to(self.idx.device)
+        inp = None if feats is None else feats[:k]
+        loss, n_valid = self.loss(lead, self.idx[:k], pos_t, inp, first)
+        grads = torch.autograd.grad(loss.sum(), [lead[n] for n in names])
+        active = n_valid > 0
+        _sgd_step(lead, bufs, names, grads, active, self.sgd, prox)
+        with torch.no_grad():
+            for n in names:  # momentum the step made anew (the first, or a masked one)
+                full = self.bufs.get(n)
+                if full is None:  # the others' first buffer: zero, as a masked step makes it
+                    self.bufs[n] = full = torch.zeros_like(params[n])
+                if bufs[n].data_ptr() != full.data_ptr():
+                    full[:k] = bufs[n]
+        act = active.cpu().numpy()
+        self.loss_sum[:k][act] += loss.detach().cpu().numpy()[act]
+        self.steps_done[:k][act] += 1
+
+    def _lead(self, name: str, p: Tensor, k: int) -> Tensor:
+        """The leading ``k`` clients of a stacked tensor (a view); a shared one as it is."""
+        return p.detach()[:k] if p.dim() == len(self.net.shapes[name]) + 1 else p.detach()
+
     def loss(
-        self, params: Params, pos: Tensor, feats: Tensor | None, first: int
+        self, params: Params, idx: Tensor, pos: Tensor, feats: Tensor | None, first: int
     ) -> tuple[Tensor, Tensor]:
-        """Each client's mean cross-entropy on its minibatch, and the minibatch's size."""
+        """Each client's mean cross-entropy on its minibatch, and the minibatch's size.
+
+        ``idx``: the clients' sample indices (rows of :attr:`idx`), ``pos`` the minibatch's
+        positions in them, ``feats`` their frozen prefix's output (``None``: from the images).
+        """
         valid = pos >= 0
-        ids = self.idx.gather(1, pos.clamp(min=0))
+        ids = idx.gather(1, pos.clamp(min=0))
         if feats is None:
             inp = _gather(self.x, ids)
         else:
