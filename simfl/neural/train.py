@@ -174,6 +174,15 @@ def train_cohort(
         The parameters after training (trained ones stacked, others as given), on the device
         of ``x`` (the computation runs there), and each client's mean minibatch loss over the
         whole update (NaN for a client without data).
+
+    Notes
+    -----
+    Clients without a sample in a step sit it out (:data:`SIT_OUT`): for the call the cohort
+    is put in order of its clients' steps per epoch, most first (stable), and back after it.
+    The results are those of computing every client every step and masking the idle ones: bit
+    for bit where the cohort is already in that order (equal clients, W2's shards), to float32
+    rounding where the reordering moves clients in memory (MKL's small batched products round
+    by their output's alignment; ``tests/test_neural_train.py``).
     """
     counts = (index >= 0).sum(axis=1)
     steps = -(-counts // sgd.batch_size)
