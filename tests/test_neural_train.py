@@ -383,6 +383,43 @@ def test_sitting_out_computes_only_the_clients_that_step(monkeypatch):
     assert products(True) * len(steps) * steps.max() == masked * steps.sum()
 
 
+def test_no_client_sits_out_a_step_through_a_shared_layer(monkeypatch):
+    """A shared layer above the trained ones (here the body learns under a shared, frozen
+    head) is one product over all the clients' rows, whose rounding may follow their number:
+    such steps compute every client (masked), so the numbers stay the masked ones."""
+    from simfl.neural import train
+
+    task, _, sgd, _ = CASES["mlp-fedrep"]
+    data, net, params, streams, _ = cohort(task, 12, [])
+    clients = np.array(sorted((0, 3, 4, 9), key=lambda c: -data.train_parts[c].size))
+    assert params["layer_out.weight"].dim() == 2  # shared
+    blocks = []
+    step_block = train._Cohort._block
+    monkeypatch.setattr(
+        train._Cohort, "_block", lambda self, *a: blocks.append(1) or step_block(self, *a)
+    )
+
+    def run(sit_out):
+        monkeypatch.setattr(train, "SIT_OUT", sit_out)
+        return train_cohort(
+            net,
+            params,
+            data.x_train,
+            data.y_train,
+            data.train_index(clients),
+            (Phase(net.body, 2),),
+            sgd,
+            [streams.generator("t", int(c)) for c in clients],
+        )
+
+    masked, masked_loss = run(False)
+    got, loss = run(True)
+    assert not blocks
+    for name in params:
+        assert torch.equal(got[name], masked[name]), name
+    np.testing.assert_array_equal(loss, masked_loss)
+
+
 def test_frozen_layers_do_not_move_and_loss_is_the_mean_minibatch_loss():
     data, net, params, streams, clients = cohort(
         ImageClassification(Digits(), LogNormalSizes(0.0), MLP((16, 8))), 10, [1, 2]

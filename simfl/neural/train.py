@@ -9,9 +9,10 @@ Clients with fewer samples run fewer steps: in the steps they do not take they a
 up to the rounding of batched matrix products. They also sit those steps out
 (:data:`SIT_OUT`): the cohort is put in order of its clients' steps per epoch, most first, so
 the clients that take a step are a leading block of it and the step computes only that block
-(views of the stacked tensors, nothing copied). With unequal clients the masked steps are most
-of the work (a Dirichlet(0.5) or log-normal split of Fashion-MNIST: a third to three quarters
-of a cohort's client-steps); ``analysis/perf_neural_batching.py`` measures it.
+(views of the stacked tensors, nothing copied), where every layer it computes is stacked
+per client. With unequal clients the masked steps are most of the work (a Dirichlet(0.5) or
+log-normal split of Fashion-MNIST: a third to three quarters of a cohort's client-steps);
+``analysis/perf_neural_batching.py`` measures it.
 
 The update is PyTorch's ``torch.optim.SGD`` step, element for element: ``g = grad + wd * w``
 (weight decay on weights, not biases, as in the FedRep code), plus ``mu * (w - w0)`` for a
@@ -309,10 +310,14 @@ class _Cohort:
 
         The clients after the last one with a sample sit the step out (:data:`SIT_OUT`): it
         runs on views of the leading block of every stacked tensor, the same operations on
-        the same memory as the whole cohort's step, so the same numbers bit for bit.
+        the same memory as the whole cohort's step, so the same numbers bit for bit. Only
+        where every layer the step computes is stacked: a shared one is one product over
+        all the clients' rows, whose rounding may follow their number.
         """
         going = np.flatnonzero((pos >= 0).any(axis=1))
-        k = pos.shape[0] if not SIT_OUT or going.size == 0 else int(going[-1]) + 1
+        k = pos.shape[0]
+        if SIT_OUT and going.size and self._stacked_from(params, first):
+            k = int(going[-1]) + 1
         if k < pos.shape[0]:
             self._block(params, names, pos[:k], feats, first)
             return
@@ -324,6 +329,15 @@ class _Cohort:
         act = active.cpu().numpy()
         self.loss_sum[act] += loss.detach().cpu().numpy()[act]
         self.steps_done[act] += 1
+
+    def _stacked_from(self, params: Params, first: int) -> bool:
+        """Whether every parameter of the layers from ``first`` on is stacked per client."""
+        layers = set(self.net.layer_names[first:])
+        return all(
+            p.dim() == len(self.net.shapes[n]) + 1
+            for n, p in params.items()
+            if param_layer(n) in layers
+        )
 
     def _block(
         self, params: Params, names: Sequence[str], pos: IntArray, feats: Tensor | None, first: int
