@@ -47,6 +47,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,18 @@ def gemm_peak(size: int = 1024, repeats: int = 5) -> float:
     return float(np.median(rates))
 
 
+def best_seconds(ways: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Each way's fastest of ``repeats`` timings, the ways interleaved (load drifts hit them
+    alike)."""
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(repeats):
+        for name, fn in ways.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}
+
+
 def measure(
     task,
     cohort: int,
@@ -236,14 +249,8 @@ def measure(
     def loop() -> None:
         torch_loop(net, params, data, clients, phases, sgd, 1)
 
-    ways = (("batched", batched), ("one-by-one", one_by_one), ("torch loop", loop))
-    times: dict[str, list[float]] = {name: [] for name, _ in ways}
-    for _ in range(repeats):
-        for name, fn in ways:
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    best = {name: cohort * epochs / min(ts) for name, ts in times.items()}
+    ways = {"batched": batched, "one-by-one": one_by_one, "torch loop": loop}
+    best = {name: cohort * epochs / s for name, s in best_seconds(ways, repeats).items()}
     samples = float(np.mean([data.train_parts[c].size for c in clients]))
     out = {**best, "samples/client": samples}
     if kernels:
@@ -369,15 +376,9 @@ def measure_unequal(
             for c in p:
                 call(p[p == c])
 
-    ways = (("sit-out", sit_out), ("masked", masked), ("one-by-one", one_by_one))
-    times: dict[str, list[float]] = {name: [] for name, _ in ways}
-    for _ in range(repeats):
-        for name, fn in ways:
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
+    ways = {"sit-out": sit_out, "masked": masked, "one-by-one": one_by_one}
     work = cohorts * cohort * epochs
-    return {**{n: work / min(ts) for n, ts in times.items()}, "useful": useful}
+    return {**{n: work / s for n, s in best_seconds(ways, repeats).items()}, "useful": useful}
 
 
 def run_unequal(

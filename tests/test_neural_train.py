@@ -287,52 +287,70 @@ def test_batched_training_equals_each_client_trained_alone(case):
         torch.testing.assert_close(single[name][0], got[name][2], rtol=1e-5, atol=1e-6)
 
 
+@pytest.fixture
+def computed(monkeypatch):
+    """The number of clients each training step computes (the rows of ``_Cohort.loss``)."""
+    from simfl.neural import train
+
+    rows = []
+    loss = train._Cohort.loss
+
+    def counted(self, params, idx, *args):
+        rows.append(idx.shape[0])
+        return loss(self, params, idx, *args)
+
+    monkeypatch.setattr(train._Cohort, "loss", counted)
+    return rows
+
+
+def train_sitting_out(
+    monkeypatch, sit_out, data, net, params, streams, clients, phases, sgd, prox=None, limit=None
+):
+    """``train_cohort`` of ``clients`` with ``train.SIT_OUT = sit_out``."""
+    from simfl.neural import train
+
+    monkeypatch.setattr(train, "SIT_OUT", sit_out)
+    clients = np.asarray(clients)
+    return train_cohort(
+        net,
+        params,
+        data.x_train,
+        data.y_train,
+        data.train_index(clients),
+        phases,
+        sgd,
+        [streams.generator("t", int(c)) for c in clients],
+        prox,
+        None if limit is None else np.asarray(limit, dtype=float),
+    )
+
+
 @pytest.mark.parametrize("limit", [None, (5, 9, 2, 7)])
 @pytest.mark.parametrize("case", list(CASES))
-def test_clients_sitting_a_step_out_is_masking_them(case, limit, monkeypatch):
+def test_clients_sitting_a_step_out_is_masking_them(case, limit, monkeypatch, computed):
     """Clients without a sample in a step sit it out (``train.SIT_OUT``) rather than being
     computed and masked. With the cohort in order of steps per epoch, most first, the clients
     that step are a leading block and nothing moves: the same numbers bit for bit. In any
     other order the cohort is put in that order first, which moves clients in memory; MKL's
     small batched products round differently at another alignment (as a cohort of one does,
     above), so there: equal to the same rounding tolerance as that check."""
-    from simfl.neural import train
-
     task, make_phases, sgd, mu = CASES[case]
     data, net, params, streams, _ = cohort(task, 12, [])
     sizes = {c: data.train_parts[c].size for c in (0, 3, 4, 9)}
     phases = make_phases(net)
     prox = None if mu is None else (mu, params)
-    blocks = []
-    step_block = train._Cohort._block
-
-    def counted(self, *args):  # the steps computed as a leading block
-        blocks.append(args[2].shape[0])
-        return step_block(self, *args)
-
-    monkeypatch.setattr(train._Cohort, "_block", counted)
 
     def run(clients, sit_out):
-        monkeypatch.setattr(train, "SIT_OUT", sit_out)
-        clients = np.asarray(clients)
-        return train_cohort(
-            net,
-            params,
-            data.x_train,
-            data.y_train,
-            data.train_index(clients),
-            phases,
-            sgd,
-            [streams.generator("t", int(c)) for c in clients],
-            prox,
-            None if limit is None else np.asarray(limit, dtype=float),
+        return train_sitting_out(
+            monkeypatch, sit_out, data, net, params, streams, clients, phases, sgd, prox, limit
         )
 
     in_order = sorted(sizes, key=lambda c: -sizes[c])
     masked, masked_loss = run(in_order, False)
-    assert not blocks
+    assert set(computed) == {len(sizes)}
+    computed.clear()
     got, loss = run(in_order, True)
-    assert blocks and min(blocks) < len(sizes)  # some steps left clients out
+    assert min(computed) < len(sizes)  # some steps left clients out
     for name in params:
         assert torch.equal(got[name], masked[name]), name
     np.testing.assert_array_equal(loss, masked_loss)
@@ -352,8 +370,6 @@ def test_sitting_out_computes_only_the_clients_that_step(monkeypatch):
     in every step, as many as the longest client's."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from simfl.neural import train
-
     task, make_phases, sgd, mu = CASES["mlp-all-prox"]
     data, net, params, streams, clients = cohort(task, 12, [0, 3, 4, 9])
     phases = make_phases(net)
@@ -361,18 +377,18 @@ def test_sitting_out_computes_only_the_clients_that_step(monkeypatch):
     assert len(set(steps)) == len(steps)
 
     def products(sit_out):
-        monkeypatch.setattr(train, "SIT_OUT", sit_out)
         counter = FlopCounterMode(display=False)
         with counter:
-            train_cohort(
+            train_sitting_out(
+                monkeypatch,
+                sit_out,
+                data,
                 net,
                 params,
-                data.x_train,
-                data.y_train,
-                data.train_index(clients),
+                streams,
+                clients,
                 phases,
                 sgd,
-                [streams.generator("t", int(c)) for c in clients],
                 (mu, params),
             )
         return counter.get_total_flops()
@@ -383,38 +399,19 @@ def test_sitting_out_computes_only_the_clients_that_step(monkeypatch):
     assert products(True) * len(steps) * steps.max() == masked * steps.sum()
 
 
-def test_no_client_sits_out_a_step_through_a_shared_layer(monkeypatch):
+def test_no_client_sits_out_a_step_through_a_shared_layer(monkeypatch, computed):
     """A shared layer above the trained ones (here the body learns under a shared, frozen
     head) is one product over all the clients' rows, whose rounding may follow their number:
     such steps compute every client (masked), so the numbers stay the masked ones."""
-    from simfl.neural import train
-
     task, _, sgd, _ = CASES["mlp-fedrep"]
     data, net, params, streams, _ = cohort(task, 12, [])
-    clients = np.array(sorted((0, 3, 4, 9), key=lambda c: -data.train_parts[c].size))
+    clients = sorted((0, 3, 4, 9), key=lambda c: -data.train_parts[c].size)
     assert params["layer_out.weight"].dim() == 2  # shared
-    blocks = []
-    step_block = train._Cohort._block
-    monkeypatch.setattr(
-        train._Cohort, "_block", lambda self, *a: blocks.append(1) or step_block(self, *a)
-    )
-
-    def run(sit_out):
-        monkeypatch.setattr(train, "SIT_OUT", sit_out)
-        return train_cohort(
-            net,
-            params,
-            data.x_train,
-            data.y_train,
-            data.train_index(clients),
-            (Phase(net.body, 2),),
-            sgd,
-            [streams.generator("t", int(c)) for c in clients],
-        )
-
-    masked, masked_loss = run(False)
-    got, loss = run(True)
-    assert not blocks
+    phases = (Phase(net.body, 2),)
+    args = (data, net, params, streams, clients, phases, sgd)
+    masked, masked_loss = train_sitting_out(monkeypatch, False, *args)
+    got, loss = train_sitting_out(monkeypatch, True, *args)
+    assert set(computed) == {len(clients)}
     for name in params:
         assert torch.equal(got[name], masked[name]), name
     np.testing.assert_array_equal(loss, masked_loss)

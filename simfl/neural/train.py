@@ -188,54 +188,30 @@ def train_cohort(
     counts = (index >= 0).sum(axis=1)
     steps = -(-counts // sgd.batch_size)
     order = np.argsort(-steps, kind="stable")
-    if not SIT_OUT or (order == np.arange(order.size)).all():
-        return _train(net, params, x, y, index, phases, sgd, rngs, prox, limit)
-    # the cohort in order of steps per epoch, most first, and back
-    dev = x.device
-    params = _on(params, dev)
-    there = torch.from_numpy(order).to(dev)
-    back = np.argsort(order)
-    got, loss = _train(
-        net,
-        _in_order(net, params, there),
-        x,
-        y,
-        index[order],
-        phases,
-        sgd,
-        [rngs[i] for i in order],
-        None if prox is None else (prox[0], _in_order(net, _on(prox[1], dev), there)),
-        None if limit is None else limit[order],
-    )
-    trained = set(net.params_of({layer for p in phases for layer in p.layers}))
-    home = torch.from_numpy(back).to(dev)
-    out = {n: got[n].index_select(0, home) if n in trained else p for n, p in params.items()}
-    return out, loss[back]
-
-
-def _in_order(net: Net, params: Params, order: Tensor) -> Params:
-    """The stacked parameters' clients in ``order`` (copies); shared ones as they are."""
-    return {
-        n: p.index_select(0, order) if p.dim() == len(net.shapes[n]) + 1 else p
-        for n, p in params.items()
-    }
-
-
-def _train(
-    net: Net,
-    params: Params,
-    x: Tensor,
-    y: Tensor,
-    index: IntArray,
-    phases: Sequence[Phase],
-    sgd: SGD,
-    rngs: Sequence[np.random.Generator],
-    prox: tuple[float, Params] | None,
-    limit: NDArray[np.float64] | None,
-) -> tuple[Params, NDArray[np.float64]]:
-    """:func:`train_cohort` of a cohort as it is ordered."""
+    if SIT_OUT and (order != np.arange(order.size)).any():
+        # the cohort in order of steps per epoch, most first (this call again), and back
+        dev = x.device
+        params = _on(params, dev)
+        there = torch.from_numpy(order).to(dev)
+        got, loss = train_cohort(
+            net,
+            _in_order(net, params, there),
+            x,
+            y,
+            index[order],
+            phases,
+            sgd,
+            [rngs[i] for i in order],
+            None if prox is None else (prox[0], _in_order(net, _on(prox[1], dev), there)),
+            None if limit is None else limit[order],
+        )
+        back = np.argsort(order)
+        home = torch.from_numpy(back).to(dev)
+        trained = set(net.params_of({layer for p in phases for layer in p.layers}))
+        return {
+            n: got[n].index_select(0, home) if n in trained else p for n, p in params.items()
+        }, loss[back]
     c = index.shape[0]
-    counts = (index >= 0).sum(axis=1)
     dev = x.device
     if prox is not None:
         prox = (prox[0], _on(prox[1], dev))
@@ -247,6 +223,13 @@ def _train(
         names = net.params_of(phase.layers)
         _unfreeze(net, params, names, owned, c)
         first = min(net.layer_names.index(param_layer(n)) for n in names)
+        # clients sit steps out where every layer a step computes is stacked per client (a
+        # shared one is one product over all the clients' rows, whose rounding may follow
+        # their number)
+        layers = set(net.layer_names[first:])
+        cohort.sit_out = SIT_OUT and all(
+            _stacked(net, n, p) for n, p in params.items() if param_layer(n) in layers
+        )
         with torch.no_grad():
             feats = _features(net, params, x, cohort.idx, first) if first > 0 else None
         for _ in range(phase.epochs):
@@ -267,6 +250,16 @@ def _train(
         return out, cohort.loss_sum / cohort.steps_done
 
 
+def _stacked(net: Net, name: str, p: Tensor) -> bool:
+    """Whether the tensor ``p`` of parameter ``name`` is stacked per client (a leading axis)."""
+    return p.dim() == len(net.shapes[name]) + 1
+
+
+def _in_order(net: Net, params: Params, order: Tensor) -> Params:
+    """The stacked parameters' clients in ``order`` (copies); shared ones as they are."""
+    return {n: p.index_select(0, order) if _stacked(net, n, p) else p for n, p in params.items()}
+
+
 def _on(params: Params, device: torch.device) -> Params:
     """A copy of the dict with every tensor on ``device`` (no copy of one already there)."""
     return {n: p.to(device) for n, p in params.items()}
@@ -281,8 +274,11 @@ def _unfreeze(net: Net, params: Params, names: Sequence[str], owned: set[str], c
         if n not in names:
             params[n] = p.detach()  # frozen in this phase
         elif n not in owned:
-            stacked = p.dim() == len(net.shapes[n]) + 1
-            p = p.detach().clone() if stacked else p.detach().expand(c, *p.shape).clone()
+            p = (
+                p.detach().clone()
+                if _stacked(net, n, p)
+                else p.detach().expand(c, *p.shape).clone()
+            )
             params[n] = p.requires_grad_(True)
             owned.add(n)
         else:
@@ -302,48 +298,23 @@ class _Cohort:
     loss_sum: NDArray[np.float64]
     steps_done: NDArray[np.float64]
     bufs: dict[str, Tensor] = field(default_factory=dict)
+    #: whether idle clients sit this phase's steps out (:data:`SIT_OUT`, every layer from
+    #: the phase's first stacked)
+    sit_out: bool = False
 
     def step(
         self, params: Params, names: Sequence[str], pos: IntArray, feats: Tensor | None, first: int
     ) -> None:
         """One minibatch of every client (``pos``: its positions, -1 for none) and its update.
 
-        The clients after the last one with a sample sit the step out (:data:`SIT_OUT`): it
-        runs on views of the leading block of every stacked tensor, the same operations on
-        the same memory as the whole cohort's step, so the same numbers bit for bit. Only
-        where every layer the step computes is stacked: a shared one is one product over
-        all the clients' rows, whose rounding may follow their number.
+        Where :attr:`sit_out`, the clients after the last one with a sample sit the step out:
+        it runs on views of the leading block of every stacked tensor, the same operations on
+        the same memory as the whole cohort's step, so the same numbers bit for bit.
         """
-        going = np.flatnonzero((pos >= 0).any(axis=1))
         k = pos.shape[0]
-        if SIT_OUT and going.size and self._stacked_from(params, first):
-            k = int(going[-1]) + 1
-        if k < pos.shape[0]:
-            self._block(params, names, pos[:k], feats, first)
-            return
-        dev = self.idx.device
-        loss, n_valid = self.loss(params, self.idx, torch.from_numpy(pos).to(dev), feats, first)
-        grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
-        active = n_valid > 0
-        _sgd_step(params, self.bufs, names, grads, active, self.sgd, self.prox)
-        act = active.cpu().numpy()
-        self.loss_sum[act] += loss.detach().cpu().numpy()[act]
-        self.steps_done[act] += 1
-
-    def _stacked_from(self, params: Params, first: int) -> bool:
-        """Whether every parameter of the layers from ``first`` on is stacked per client."""
-        layers = set(self.net.layer_names[first:])
-        return all(
-            p.dim() == len(self.net.shapes[n]) + 1
-            for n, p in params.items()
-            if param_layer(n) in layers
-        )
-
-    def _block(
-        self, params: Params, names: Sequence[str], pos: IntArray, feats: Tensor | None, first: int
-    ) -> None:
-        """:meth:`step` of the leading ``k = len(pos)`` clients alone (views, in place)."""
-        k = pos.shape[0]
+        if self.sit_out:
+            going = np.flatnonzero((pos >= 0).any(axis=1))
+            k = int(going[-1]) + 1 if going.size else k
         lead = {n: self._lead(n, p, k) for n, p in params.items()}
         for n in names:
             lead[n].requires_grad_(True)
@@ -351,18 +322,21 @@ class _Cohort:
         prox = None
         if self.prox is not None:
             prox = (self.prox[0], {n: self._lead(n, w, k) for n, w in self.prox[1].items()})
-        pos_t = torch.from_numpy(pos).to(self.idx.device)
+        pos_t = torch.from_numpy(pos[:k]).to(self.idx.device)
         inp = None if feats is None else feats[:k]
         loss, n_valid = self.loss(lead, self.idx[:k], pos_t, inp, first)
         grads = torch.autograd.grad(loss.sum(), [lead[n] for n in names])
         active = n_valid > 0
         _sgd_step(lead, bufs, names, grads, active, self.sgd, prox)
-        with torch.no_grad():
-            for n in names:  # momentum the step made anew (the first, or a masked one)
-                full = self.bufs.get(n)
-                if full is None:  # the others' first buffer: zero, as a masked step makes it
-                    self.bufs[n] = full = torch.zeros_like(params[n])
-                if bufs[n].data_ptr() != full.data_ptr():
+        for n in names:  # momentum the step made anew (the first, or a masked one)
+            full = self.bufs.get(n)
+            if k == pos.shape[0]:
+                self.bufs[n] = bufs[n]
+                continue
+            if full is None:  # the others' first buffer: zero, as a masked step makes it
+                self.bufs[n] = full = torch.zeros_like(params[n])
+            if bufs[n].data_ptr() != full.data_ptr():
+                with torch.no_grad():
                     full[:k] = bufs[n]
         act = active.cpu().numpy()
         self.loss_sum[:k][act] += loss.detach().cpu().numpy()[act]
@@ -370,7 +344,7 @@ class _Cohort:
 
     def _lead(self, name: str, p: Tensor, k: int) -> Tensor:
         """The leading ``k`` clients of a stacked tensor (a view); a shared one as it is."""
-        return p.detach()[:k] if p.dim() == len(self.net.shapes[name]) + 1 else p.detach()
+        return p.detach()[:k] if _stacked(self.net, name, p) else p.detach()
 
     def loss(
         self, params: Params, idx: Tensor, pos: Tensor, feats: Tensor | None, first: int
