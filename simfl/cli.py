@@ -7,7 +7,7 @@
     ``SCENARIOS``, or a case's labels such as ``policy=srpfl,seed=2``), and the error lists them.
 ``simfl sweep SCENARIO.py [--seeds 0-9] [--store DIR] [--executor processes|dask|inline]``
 ``[--scheduler tcp://host:8786] [--workers N] [--threads N] [--retry-failed]``
-``[--target "distance<1e-3"]``
+``[--reuse-stale] [--rerun-unknown] [--target "distance<1e-3"]``
     Run every scenario of a file (``SCENARIO``, ``SCENARIOS``, or ``CASES``: a list of
     ``simfl.sweeps.Case`` from ``sweeps.grid``, whose labels become columns) for every seed
     (at most ``MAX_SEEDS``; default 0-4). Cases with a seed axis (``sweeps.grid(B,
@@ -15,7 +15,11 @@
     that names them (:func:`simfl.sweeps.with_seeds`). A progress bar counts runs, with the
     share done of the runs in flight, into a results store (default
     ``runs/sweep-FILE``). Runs already in the store are skipped, so re-running a killed sweep
-    resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what ran, was
+    resumes it; failed runs are kept and skipped unless ``--retry-failed``. A stored run whose
+    code changed since (simfl's sources, or the file's classes and functions and what they
+    reach) is stale: it runs again, the old run kept in ``STORE/.superseded/``, unless
+    ``--reuse-stale``; runs stored before simfl recorded code are kept unless
+    ``--rerun-unknown`` (the summary says how many of each there are). Prints what ran, was
     skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
     anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI) for each
     scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
@@ -400,7 +404,8 @@ def _resume_command(args: argparse.Namespace, store: str | Path) -> str:
     for flag in ("executor", "scheduler", "workers", "threads"):
         if getattr(args, flag) is not None:
             words += [f"--{flag}", str(getattr(args, flag))]
-    words += ["--retry-failed"] if args.retry_failed else []
+    for flag in ("retry_failed", "reuse_stale", "rerun_unknown"):
+        words += [f"--{flag.replace('_', '-')}"] if getattr(args, flag) else []
     return shlex.join(words)
 
 
@@ -469,6 +474,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 retry_failed=args.retry_failed,
                 progress=not args.quiet,
                 threads=args.threads,
+                reuse_stale=args.reuse_stale,
+                rerun_unknown=args.rerun_unknown,
             )
     except KeyboardInterrupt as exc:
         return _stopped(exc, bool(signals), args, store)
@@ -613,6 +620,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p_sweep.add_argument(
         "--retry-failed", action="store_true", help="run again the runs stored as failed"
+    )
+    p_sweep.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="keep stored runs whose code changed since they ran (for a cosmetic change)",
+    )
+    p_sweep.add_argument(
+        "--rerun-unknown",
+        action="store_true",
+        help="run again the runs stored before simfl recorded the code behind a run",
     )
     p_sweep.add_argument(
         "--target",

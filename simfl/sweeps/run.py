@@ -12,7 +12,12 @@ workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomi
 already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
 is stored as ``failed`` (as is one whose scenario cannot be pickled) and the others go on.
 Before it schedules anything, the sweep checks the store and moves unreadable runs aside
-(:meth:`simfl.Store.check`), so that they run again. Without a store the results stay in
+(:meth:`simfl.Store.check`), so that they run again. A stored run is the same run when its
+values (the run id's fingerprint) *and* the code behind it (:mod:`simfl.sweeps.identity`:
+simfl's sources, the user's classes and functions the scenario reaches) are the same: a run
+stored by other code is *stale* and runs again (``reuse_stale=True`` keeps it), the old copy
+moved into the store's ``.superseded/``; runs stored before simfl recorded code are of unknown
+code, kept unless ``rerun_unknown=True``. Without a store the results stay in
 memory. An interrupted sweep stops its workers, then raises :class:`SweepInterrupted` (a
 ``KeyboardInterrupt``) with what it did so far. Runs are deterministic, so every executor gives
 bit-identical frames.
@@ -20,6 +25,7 @@ bit-identical frames.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -34,7 +40,8 @@ from tqdm.auto import tqdm
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case, with_seeds
-from simfl.sweeps.store import BadRun, MemoryStore, Store
+from simfl.sweeps.identity import changed_parts
+from simfl.sweeps.store import SUPERSEDED, BadRun, MemoryStore, Store
 from simfl.sweeps.worker import Prepared, RunSpec, execute, git_revision, make_spec, record_of
 
 __all__ = ["SweepInterrupted", "SweepOutcome", "sweep"]
@@ -68,6 +75,20 @@ class SweepOutcome:
         Unreadable run folders the store check found before the sweep started, moved into
         the store's ``.quarantine/`` (so they were run again), or left in place with the
         reason they could not be moved.
+    stale
+        The runs found stored by other code (same values, another ``code`` digest): run
+        again, their old copies moved into the store's ``.superseded/``, unless
+        ``reuse_stale``.
+    changed
+        The code parts that differ between the stale runs and this sweep (``PickK.plan``,
+        ``simfl``, ...).
+    unknown
+        The runs found stored without a code digest (stores written before simfl recorded
+        it): kept, unless ``rerun_unknown``.
+    reuse_stale
+        Whether the stale runs were kept (``reuse_stale=True``) rather than run again.
+    rerun_unknown
+        Whether the runs of unknown code were run again.
     """
 
     run_ids: tuple[str, ...]
@@ -78,6 +99,11 @@ class SweepOutcome:
     executor: str
     seconds: float
     repaired: tuple[BadRun, ...] = ()
+    stale: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    reuse_stale: bool = False
+    rerun_unknown: bool = False
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -112,11 +138,39 @@ class SweepOutcome:
         for bad in self.repaired:
             word = "moved" if bad.moved_to is not None else "unreadable"
             lines.append(f"{word:<10} {bad}")
+        lines += self.code_lines()
         for run_id in self.failed:
             record = self.store.record(run_id) or {}
             error = str(record.get("error") or "?").strip().splitlines() or ["?"]
             lines.append(f"failed     {run_id}: {error[-1]}")
         return "\n".join(lines)
+
+    def code_lines(self) -> list[str]:
+        """What the sweep did with stale runs and runs of unknown code, a line each."""
+        lines = []
+        if self.stale:
+            what = ", ".join(f"`{name}`" for name in self.changed[:6])
+            more = f" and {len(self.changed) - 6} more" if len(self.changed) > 6 else ""
+            done = (
+                "reused as asked (--reuse-stale: their numbers come from the old code)"
+                if self.reuse_stale
+                else f"rerunning them (old runs kept in {self.store.path / SUPERSEDED}/)"
+            )
+            lines.append(
+                f"stale      {len(self.stale)} runs stale: code of {what or 'the run'}{more} "
+                f"changed; {done}"
+            )
+        if self.unknown:
+            done = (
+                "run again (--rerun-unknown)"
+                if self.rerun_unknown
+                else "reused (--rerun-unknown runs them again)"
+            )
+            lines.append(
+                f"unknown    {len(self.unknown)} runs were stored before simfl recorded the "
+                f"code behind a run, so their code is unknown: {done}"
+            )
+        return lines
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -161,6 +215,8 @@ def sweep(
     retry_failed: bool = False,
     progress: bool = True,
     threads: int | None = None,
+    reuse_stale: bool = False,
+    rerun_unknown: bool = False,
 ) -> SweepOutcome:
     """Run every case into a results store, skipping the runs it already holds.
 
@@ -195,6 +251,13 @@ def sweep(
         here, the executor's workers are started fresh (:meth:`~simfl.sweeps.Executor.fresh`).
     retry_failed
         Run again the runs stored as ``failed`` (default: keep them and skip them).
+    reuse_stale
+        Keep the stored runs whose code changed since they ran (same values, another code
+        digest: :mod:`simfl.sweeps.identity`), for a change known to be cosmetic. Default:
+        run them again, moving the old runs into the store's ``.superseded/``.
+    rerun_unknown
+        Run again the runs stored before simfl recorded the code behind a run (their code is
+        unknown; default: keep them, and say how many there are).
     progress
         Show a progress bar over runs, which also counts the share done of the runs in flight
         (rounds of ``rounds``, or simulated time of ``max_time``; with the inline and
@@ -217,8 +280,13 @@ def sweep(
     """
     started = time.perf_counter()
     items = _cases(cases, seeds)
-    if not isinstance(retry_failed, bool):
-        raise ValueError(f"sweep retry_failed must be True or False, got {retry_failed!r}")
+    for option, value in (
+        ("retry_failed", retry_failed),
+        ("reuse_stale", reuse_stale),
+        ("rerun_unknown", rerun_unknown),
+    ):
+        if not isinstance(value, bool):
+            raise ValueError(f"sweep {option} must be True or False, got {value!r}")
     runner = make_executor(executor, workers=workers, scheduler=scheduler, threads=threads)
     if "torch" in sys.modules and not all(
         c.scenario.task is None or c.scenario.task.fork_safe for c in items
@@ -233,13 +301,16 @@ def sweep(
     memory = MemoryStore() if disk is None else None
     out: Store = disk if disk is not None else memory  # type: ignore[assignment]
     repaired = tuple(disk.check(repair=True)) if disk is not None else ()
-    stored = disk.status() if disk is not None else {}
+    records = {r["run_id"]: r for r in disk.records()} if disk is not None else {}
     if disk is not None:
         disk.remove_stale_partials()
+    code = _Code(specs, records, reuse_stale, rerun_unknown)
+    specs = code.specs
+    stored = {r: records[r]["status"] for r in records}
     todo = [
         s
         for s in specs
-        if s.run_id not in stored or (retry_failed and stored[s.run_id] == "failed")
+        if s.run_id not in stored or s.supersede or (retry_failed and stored[s.run_id] == "failed")
     ]
     to_run = {s.run_id for s in todo}
     skipped = [s.run_id for s in specs if s.run_id in stored and s.run_id not in to_run]
@@ -260,13 +331,62 @@ def sweep(
             _execute(runner, todo, disk, memory, ran, failed, _RunsBar(bar, len(skipped)))
     except KeyboardInterrupt as exc:
         raise SweepInterrupted(
-            _outcome(specs, ran, skipped, failed, out, described, started, repaired)
+            code.outcome(_outcome(specs, ran, skipped, failed, out, described, started, repaired))
         ) from exc
     finally:
         bar.close()
         if runner is not executor:
             runner.close()
-    return _outcome(specs, ran, skipped, failed, out, described, started, repaired)
+    return code.outcome(_outcome(specs, ran, skipped, failed, out, described, started, repaired))
+
+
+class _Code:
+    """The stored runs of a sweep whose code differs from its own, or is unknown.
+
+    ``specs`` are the sweep's specs, those to run again marked ``supersede`` (the stale
+    runs unless ``reuse_stale``, the runs of unknown code if ``rerun_unknown``).
+    """
+
+    def __init__(
+        self,
+        specs: list[RunSpec],
+        records: dict[str, dict[str, Any]],
+        reuse_stale: bool,
+        rerun_unknown: bool,
+    ) -> None:
+        self.reuse_stale, self.rerun_unknown = reuse_stale, rerun_unknown
+        self.stale: list[str] = []
+        self.unknown: list[str] = []
+        changed: set[str] = set()
+        self.specs = []
+        for spec in specs:
+            record = records.get(spec.run_id)
+            supersede = False
+            if record is not None and not isinstance(record.get("code"), str):
+                self.unknown.append(spec.run_id)
+                supersede = rerun_unknown
+            elif record is not None and record["code"] != spec.info["code"]:
+                self.stale.append(spec.run_id)
+                old = record.get("code_parts")
+                changed.update(
+                    changed_parts(old, spec.info["code_parts"])
+                    if isinstance(old, dict)
+                    else ["the run"]
+                )
+                supersede = not reuse_stale
+            self.specs.append(dataclasses.replace(spec, supersede=supersede) if supersede else spec)
+        self.changed = sorted(changed)
+
+    def outcome(self, out: SweepOutcome) -> SweepOutcome:
+        """``out`` with what the sweep found about the code of its stored runs."""
+        return dataclasses.replace(
+            out,
+            stale=tuple(self.stale),
+            changed=tuple(self.changed),
+            unknown=tuple(self.unknown),
+            reuse_stale=self.reuse_stale,
+            rerun_unknown=self.rerun_unknown,
+        )
 
 
 def _outcome(
@@ -404,7 +524,7 @@ def _settle(
         text = "".join(traceback.format_exception_only(type(value), value)).strip()
         record = record_of(spec, f"executor error: {text}")
         if disk is not None:
-            disk.publish(record, None, replace_failed=spec.replace_failed)
+            disk.publish(record, None, replace_failed=spec.replace_failed, supersede=spec.supersede)
             return disk.record(spec.run_id) or record
         assert memory is not None
         memory.add(record, None)

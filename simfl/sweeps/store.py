@@ -10,6 +10,14 @@ Layout::
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
       runs/<run_id>/meta.json
       .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
+      .superseded/<run_id>-<UTC time>/ runs replaced by a run of the same values computed by
+                                       other code (never deleted, never read)
+
+A run's ``run.json`` records the code behind it (``code``, ``code_parts``: see
+:mod:`simfl.sweeps.identity`). A sweep reruns a stored run whose code differs from today's and
+:meth:`Store.publish` moves the old one into ``.superseded/`` as the new one takes its place, so
+that every reader sees one version of each run. Runs stored before code was recorded have no
+``code``: they read as any other.
 
 A run is written into a hidden ``runs/.partial-...`` directory and renamed to
 ``runs/<run_id>`` in one step, so a run directory that exists is complete: a sweep killed at any
@@ -77,13 +85,24 @@ from simfl.sweeps.integrity import (
     read_run,
 )
 
-__all__ = ["QUARANTINE", "STATUSES", "BadRun", "MemoryStore", "Store", "StoreError", "StoreWarning"]
+__all__ = [
+    "QUARANTINE",
+    "STATUSES",
+    "SUPERSEDED",
+    "BadRun",
+    "MemoryStore",
+    "Store",
+    "StoreError",
+    "StoreWarning",
+]
 
 #: Status of a stored run: ``done`` (the run ended normally) or ``failed`` (it raised, recorded
 #: an error, or its worker was lost; ``error`` says why).
 STATUSES = ("done", "failed")
 #: The folder of a store that unreadable runs are moved into.
 QUARANTINE = ".quarantine"
+#: The folder of a store that runs replaced by runs of other code are moved into.
+SUPERSEDED = ".superseded"
 _PARTIAL = ".partial-"
 #: Provenance columns that legitimately differ between two executions of the same run.
 VOLATILE = ("started", "finished", "host", "host_seconds", "git_revision", "simfl_version")
@@ -178,7 +197,9 @@ class Store:
         """Provenance of the runs, one row each.
 
         Columns ``run_id``, ``label`` (scenario name), ``seed``, one per grid label, then
-        ``status``, ``error``, and the fingerprint, versions, times and host.
+        ``status``, ``error``, and the fingerprint, ``code`` (the first 12 hex digits of the
+        code digest; ``None`` for runs stored before code was recorded), versions, times and
+        host.
         """
         return _runs_frame(self._select(run_ids))
 
@@ -327,14 +348,21 @@ class Store:
 
     # ----------------------------------------------------------------- writing
     def publish(
-        self, record: dict[str, Any], results: Results | None, *, replace_failed: bool = False
+        self,
+        record: dict[str, Any],
+        results: Results | None,
+        *,
+        replace_failed: bool = False,
+        supersede: bool = False,
     ) -> bool:
         """Store one run atomically; whether this copy is the one stored.
 
         If the run is already stored, the new copy is discarded (every run is stored exactly
-        once), except that a ``failed`` record is replaced when ``replace_failed``. A stored
-        folder of the run that cannot be read is moved into ``.quarantine/`` (with a
-        :class:`StoreWarning`) and replaced by this copy.
+        once), except that a ``failed`` record is replaced when ``replace_failed``, and a run
+        whose ``code`` differs from this record's (or was not recorded) when ``supersede``:
+        that run is moved into ``.superseded/<run_id>-<UTC time>/`` (one rename, never
+        deleted). A stored folder of the run that cannot be read is moved into
+        ``.quarantine/`` (with a :class:`StoreWarning`) and replaced by this copy.
         """
         record = {**record, "has_results": results is not None}
         host, pid, token = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
@@ -358,6 +386,9 @@ class Store:
                 stored = None
             if stored is None:  # gone meanwhile, or moved aside just now
                 return _rename_dir(tmp, final)
+            if supersede and stored.get("code") != record.get("code"):
+                self._set_aside(final, SUPERSEDED)
+                return _rename_dir(tmp, final)
             if stored["status"] != "failed" or not replace_failed:
                 return False
             trash = final.with_name(f".trash-{final.name}+{token}")
@@ -367,6 +398,14 @@ class Store:
             return _rename_dir(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _set_aside(self, folder: Path, where: str) -> None:
+        """Move a run folder into ``where/<run_id>-<UTC time>/`` (gone already: nothing)."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        dest = self.path / where / f"{folder.name}-{stamp}"
+        dest.parent.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # another worker replaced it already
+            os.rename(folder, dest)
 
     def remove_stale_partials(self) -> int:
         """Delete partial run directories left on this host by processes that no longer exist.
@@ -440,6 +479,7 @@ _LAST = (
     "sim_time",
     "stop_reason",
     "fingerprint",
+    "code",
     "simfl_version",
     "git_revision",
     "started",
@@ -454,7 +494,9 @@ def _runs_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     for r in records:
         row: dict[str, Any] = {"run_id": r["run_id"], "label": r["name"], "seed": r["seed"]}
         row.update(_axes(r))
-        row.update({k: r.get(k) for k in _LAST if k not in row})
+        code = r.get("code")
+        last = {k: r.get(k) for k in _LAST} | {"code": code[:12] if isinstance(code, str) else None}
+        row.update({k: v for k, v in last.items() if k not in row})
         rows.append(row)
     if not rows:
         return pd.DataFrame(columns=[*_FIRST, *_LAST])

@@ -31,15 +31,16 @@ from simfl.engine import run, simfl_version
 from simfl.results import Results
 from simfl.scenario import Scenario
 from simfl.sweeps.fingerprint import fingerprint
+from simfl.sweeps.identity import code_digest, code_parts
 from simfl.sweeps.integrity import StoreError
 from simfl.sweeps.store import Store
 
 __all__ = ["RunOutcome", "RunSpec", "execute", "git_revision", "make_spec", "scenario_fingerprint"]
 
 #: What :func:`make_spec` already worked out, for all seeds of a scenario: the identities of its
-#: class and of its fields other than the seed -> (fingerprint, payload, error, that class and
-#: those fields, kept alive so that no id is reused).
-Prepared = dict[tuple[int, ...], tuple[str, bytes, str | None, tuple[Any, ...]]]
+#: class and of its fields other than the seed -> (fingerprint, payload, error, code parts, that
+#: class and those fields, kept alive so that no id is reused).
+Prepared = dict[tuple[int, ...], tuple[str, bytes, str | None, dict[str, str], tuple[Any, ...]]]
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,16 @@ class RunSpec:
         ``info["seed"]``.
     info
         The run's record before it runs: ``name``, ``seed``, ``labels``, ``position``,
-        ``fingerprint``, ``n_devices``, ``algorithm_name``, ``policy_name``, ``metrics``, ``goals``,
-        ``git_revision``.
+        ``fingerprint``, ``code`` (the digest of the code behind the run) and ``code_parts``
+        (its digest per piece: :func:`~simfl.sweeps.identity.code_parts`), ``n_devices``,
+        ``algorithm_name``, ``policy_name``, ``metrics``, ``goals``, ``git_revision``.
     store
         Where the worker writes the run (``None``: it returns the results instead).
     replace_failed
         Replace a stored ``failed`` record of this run.
+    supersede
+        Replace a stored run of this id whose ``code`` differs from ``info["code"]`` (or was
+        not recorded), moving it into the store's ``.superseded/``.
     error
         Why the scenario cannot run anywhere (it cannot be pickled or fingerprinted; then
         ``payload`` is empty): :func:`execute` records the run ``failed`` with this error.
@@ -73,6 +78,7 @@ class RunSpec:
     store: str | None = None
     replace_failed: bool = False
     error: str | None = None
+    supersede: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,8 @@ def make_spec(
     key = tuple(id(v) for v in alive)
     prepared = {} if prepared is None else prepared
     if key not in prepared:
-        prepared[key] = (*_prepare(scenario, fields), alive)
-    fp, payload, error, _ = prepared[key]
+        prepared[key] = (*_prepare(scenario, fields), code_parts(scenario), alive)
+    fp, payload, error, parts, _ = prepared[key]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.name).strip("._-")[:48] or "run"
     task = scenario.task
     info = {
@@ -136,6 +142,8 @@ def make_spec(
         "labels": {str(k): _label(v) for k, v in labels.items()},
         "position": position,
         "fingerprint": fp,
+        "code": code_digest(parts),
+        "code_parts": dict(parts),
         "n_devices": scenario.fleet.size,
         "algorithm_name": scenario.algorithm.name,
         "policy_name": scenario.policy.name,
@@ -244,7 +252,7 @@ def execute(spec: RunSpec, report: Callable[[float], None] | None = None) -> Run
             stored = store.record(spec.run_id)
         except StoreError:  # damaged since the sweep's check: run it again, publish replaces it
             stored = None
-        if stored is not None and (stored["status"] == "done" or not spec.replace_failed):
+        if stored is not None and not _replaces(spec, stored):
             return RunOutcome(stored, fresh=False)
     started, clock = _now(), time.perf_counter()
     results: Results | None = None
@@ -268,9 +276,16 @@ def execute(spec: RunSpec, report: Callable[[float], None] | None = None) -> Run
     )
     if store is None:
         return RunOutcome(record, results)
-    if store.publish(record, results, replace_failed=spec.replace_failed):
+    if store.publish(record, results, replace_failed=spec.replace_failed, supersede=spec.supersede):
         return RunOutcome(record)
     return RunOutcome(store.record(spec.run_id) or record, fresh=False)
+
+
+def _replaces(spec: RunSpec, stored: dict[str, Any]) -> bool:
+    """Whether ``spec`` is to replace the stored run of its id (else that run stands)."""
+    if spec.supersede and stored.get("code") != spec.info.get("code"):
+        return True
+    return stored["status"] == "failed" and spec.replace_failed
 
 
 def git_revision(path: str | Path | None = None) -> str | None:
