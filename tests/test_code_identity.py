@@ -272,3 +272,19 @@ def test_a_store_written_before_code_identity_resumes(tmp_path, capsys):
     assert again.ran == again.unknown == again.stale == ()
     assert again.runs["code"].notna().all()
     pd.testing.assert_frame_equal(again.frame, before)  # b3b5a48's numbers, recomputed
+
+
+def test_sweep_command_reruns_stale_runs_unless_told_to_reuse_them(tmp_path, capsys):
+    old, new = _file(tmp_path / "v1"), _file(tmp_path / "v2", cohort="online[-n:]")
+    store = tmp_path / "store"
+    options = ["--seeds", "0", "--store", str(store), "--executor", "inline", "--quiet"]
+    assert main(["sweep", str(old), *options]) == 0
+    capsys.readouterr()
+    assert main(["sweep", str(new), *options, "--reuse-stale"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 runs stale: code of `PickK.plan` changed; reused as asked (--reuse-stale" in printed
+    assert "0 ran" in printed and not (store / SUPERSEDED).exists()
+    assert main(["sweep", str(new), *options]) == 0
+    printed = capsys.readouterr().out
+    assert "1 ran" in printed and "code of `PickK.plan` changed; rerunning them" in printed
+    assert len(list((store / SUPERSEDED).iterdir())) == 1

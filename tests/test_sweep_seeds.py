@@ -130,6 +130,8 @@ def test_help_of_sweep_shows_the_function():
         "workers",
         "scheduler",
         "retry_failed",
+        "reuse_stale",
+        "rerun_unknown",
         "progress",
         "threads",
     ]

@@ -35,13 +35,12 @@ code of a lambda written on a line with others); cloudpickle pickles user code b
 when its module cannot be imported (a helper in an importable module travels by name) and its
 bytes hold file names and line numbers. Both inspire the walk, neither gives the identity.
 
->>> same, edited = (lambda v: v * 2, lambda v: v * 2), lambda v: v * 3
->>> sorted(code_parts(edited))[-1]
-'simfl'
->>> code_digest(code_parts(same[0])) == code_digest(code_parts(same[1]))
+>>> old = {"simfl": "5e1f...", "PickK.plan": "a0c3...", "helper": "77d2..."}
+>>> new = {"simfl": "5e1f...", "PickK.plan": "9b41...", "helper": "77d2..."}
+>>> changed_parts(old, new)
+['PickK.plan']
+>>> code_digest(old) == code_digest(dict(reversed(old.items()))) != code_digest(new)
 True
->>> code_digest(code_parts(same[0])) == code_digest(code_parts(edited))
-False
 """
 
 from __future__ import annotations
@@ -59,14 +58,13 @@ from typing import Any
 
 import numpy as np
 
-import simfl
 from simfl.sweeps.fingerprint import canonical
 
 __all__ = ["changed_parts", "code_digest", "code_parts", "simfl_digest", "source_digest"]
 
 #: Name of the part that stands for simfl's own sources.
 SIMFL = "simfl"
-_SIMFL_ROOT = Path(simfl.__file__).resolve().parent
+_SIMFL_ROOT = Path(__file__).resolve().parents[1]  # the simfl package
 _THIRD_PARTY = ("site-packages", "dist-packages")
 
 

@@ -213,10 +213,10 @@ def sweep(
     workers: int | None = None,
     scheduler: str | None = None,
     retry_failed: bool = False,
-    progress: bool = True,
-    threads: int | None = None,
     reuse_stale: bool = False,
     rerun_unknown: bool = False,
+    progress: bool = True,
+    threads: int | None = None,
 ) -> SweepOutcome:
     """Run every case into a results store, skipping the runs it already holds.
 
