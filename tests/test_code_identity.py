@@ -288,3 +288,92 @@ def test_sweep_command_reruns_stale_runs_unless_told_to_reuse_them(tmp_path, cap
     printed = capsys.readouterr().out
     assert "1 ran" in printed and "code of `PickK.plan` changed; rerunning them" in printed
     assert len(list((store / SUPERSEDED).iterdir())) == 1
+
+
+PIECES = textwrap.dedent(
+    """
+    import functools
+
+    import knobs
+
+
+    def scale(v, by):
+        return v * by
+
+
+    class Table(dict):
+        def pick(self, k):
+            return self[k] + 1
+
+
+    class Shape:
+        @property
+        def width(self):
+            return knobs.WIDTH
+
+        @staticmethod
+        def make():
+            return 1
+
+
+    def outer(n):
+        def inner(v):
+            return v + n * knobs.WIDTH
+
+        return inner
+
+
+    VALUE = [
+        functools.partial(scale, by=2),
+        Table(a=1),
+        Shape(),
+        outer(3),
+        frozenset({lambda v: v + 1, lambda v: v + 2}),
+    ]
+    """
+)
+LOAD = (
+    "import importlib.util, json, sys\n"
+    "from simfl.sweeps.identity import code_parts\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "spec = importlib.util.spec_from_file_location('_pieces', sys.argv[1] + '/pieces.py')\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "print(json.dumps(code_parts(module.VALUE), sort_keys=True))\n"
+)
+
+
+def test_identity_reaches_partials_closures_properties_and_modules_beside_the_file(tmp_path):
+    found = []
+    for version, width in (("v1", 4), ("v2", 5)):
+        folder = tmp_path / version
+        folder.mkdir()
+        (folder / "pieces.py").write_text(PIECES)
+        (folder / "knobs.py").write_text(f"WIDTH = {width}\n")
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", LOAD, str(folder)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONHASHSEED": seed},
+                cwd=ROOT,
+            ).stdout
+            for seed in ("1", "2")
+        ]
+        assert runs[0] == runs[1]  # two lambdas in a set: named alike in every process
+        found.append(json.loads(runs[0]))
+    assert set(found[0]) == {
+        "simfl",
+        "scale",
+        "Table",
+        "Table.pick",
+        "Shape",
+        "Shape.width",
+        "Shape.make",
+        "outer.<locals>.inner in pieces.py",
+        "<lambda> in pieces.py",
+        "<lambda> in pieces.py (2)",
+    }
+    changed = identity.changed_parts(*found)
+    assert changed == ["Shape.width", "outer.<locals>.inner in pieces.py"]

@@ -66,6 +66,8 @@ __all__ = ["changed_parts", "code_digest", "code_parts", "simfl_digest", "source
 SIMFL = "simfl"
 _SIMFL_ROOT = Path(__file__).resolve().parents[1]  # the simfl package
 _THIRD_PARTY = ("site-packages", "dist-packages")
+#: Types whose values hold no code (their subclasses may).
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
 def source_digest(root: str | Path) -> str:
@@ -108,7 +110,7 @@ def code_parts(obj: Any) -> dict[str, str]:
     """
     walker = _Walker()
     walker.value(obj)
-    return {SIMFL: simfl_digest(), **walker.parts}
+    return {SIMFL: simfl_digest(), **walker.parts()}
 
 
 # ------------------------------------------------------------------------ what is user code
@@ -141,15 +143,22 @@ def _module_is_user(name: str) -> bool:
     return filename is not None and _file_is_user(filename)
 
 
+def _module_of(obj: Any) -> str:
+    name = getattr(obj, "__module__", None)
+    return name if isinstance(name, str) else ""
+
+
+def _is_simfl(obj: Any) -> bool:
+    module = _module_of(obj)
+    return module == "simfl" or module.startswith("simfl.")
+
+
 def _is_user_function(fn: types.FunctionType) -> bool:
-    module = fn.__module__ or ""
-    if module == "simfl" or module.startswith("simfl."):
-        return False
-    return _file_is_user(fn.__code__.co_filename)
+    return not _is_simfl(fn) and _file_is_user(fn.__code__.co_filename)
 
 
 def _is_user_class(cls: type) -> bool:
-    return _module_is_user(cls.__module__)
+    return _module_is_user(_module_of(cls))
 
 
 def _short_file(filename: str) -> str:
@@ -161,7 +170,7 @@ class _Walker:
     """Collects the digests of the user code reachable from values (each piece once)."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, str] = {}
+        self._pieces: dict[str, set[str]] = {}
         self._seen: set[int] = set()
         self._alive: list[Any] = []  # keeps walked objects alive, so that no id is reused
 
@@ -176,16 +185,25 @@ class _Walker:
         digest = hashlib.sha256(
             json.dumps(structure, sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()
-        key, n = name, 1
-        while key in self.parts and self.parts[key] != digest:
-            n += 1
-            key = f"{name} ({n})"
-        self.parts[key] = digest
+        self._pieces.setdefault(name, set()).add(digest)
+
+    def parts(self) -> dict[str, str]:
+        """``{name: digest}`` of the pieces walked.
+
+        Pieces that share a name (two lambdas of one file) get `` (2)``, `` (3)``, ... in the
+        order of their digests, so that names do not depend on the order of the walk (the
+        order of a set).
+        """
+        out = {}
+        for name, digests in sorted(self._pieces.items()):
+            for n, digest in enumerate(sorted(digests), start=1):
+                out[name if n == 1 else f"{name} ({n})"] = digest
+        return out
 
     # values --------------------------------------------------------------------------
     def value(self, obj: Any) -> None:
         """Walk a value: find the user classes and functions it holds."""
-        if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
+        if type(obj) in _PLAIN or isinstance(obj, np.generic):
             return
         if isinstance(obj, np.ndarray):
             if obj.dtype.hasobject and self._first(obj):
@@ -200,6 +218,9 @@ class _Walker:
             return
         if not self._first(obj):
             return
+        cls = type(obj)
+        if _is_user_class(cls):  # an int or a dict subclass too
+            self.klass(cls)
         if isinstance(obj, types.MethodType):
             self.value(obj.__func__)
             self.value(obj.__self__)
@@ -216,12 +237,7 @@ class _Walker:
                 self.value(v)
         elif isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
             return
-        else:
-            cls = type(obj)
-            if _is_user_class(cls):
-                self.klass(cls)
-            elif not (cls.__module__ == "simfl" or cls.__module__.startswith("simfl.")):
-                return  # the stdlib's and packages' objects: their code is not the user's
+        elif _is_user_class(cls) or _is_simfl(cls):
             for item in _attributes(obj):
                 self.value(item)
 
