@@ -5,17 +5,26 @@
 * :mod:`simfl.sweeps.run`: :func:`sweep` (also ``simfl.sweep``), which runs the cases;
 * :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
 * :mod:`simfl.sweeps.worker`: what an executor runs for one case;
-* :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`);
+* :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`;
+  :class:`StoreWriteError` when it cannot be written);
+* :mod:`simfl.sweeps.claims`: the claims on runs that let sweeps share a store;
 * :mod:`simfl.sweeps.integrity`: how the store checks its files (:class:`StoreError`,
   :class:`BadRun`);
 * :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
 """
 
-from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
+from simfl.sweeps.executors import (
+    Dask,
+    Executor,
+    Inline,
+    Processes,
+    SchedulerError,
+    make_executor,
+)
 from simfl.sweeps.grid import Case, grid, with_seeds
 from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
 from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
-from simfl.sweeps.store import MemoryStore, Store
+from simfl.sweeps.store import MemoryStore, Store, StoreWriteError
 
 __all__ = [
     "BadRun",
@@ -25,9 +34,11 @@ __all__ = [
     "Inline",
     "MemoryStore",
     "Processes",
+    "SchedulerError",
     "Store",
     "StoreError",
     "StoreWarning",
+    "StoreWriteError",
     "SweepInterrupted",
     "SweepOutcome",
     "grid",
