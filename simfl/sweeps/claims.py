@@ -124,7 +124,13 @@ def take(runs: Path, run_id: str, sweep: str) -> Claim | Holder:
 
 
 def remove_expired(runs: Path) -> int:
-    """Remove the expired claims in the store's ``runs/`` folder; how many were removed."""
+    """Remove the expired claims in the store's ``runs/`` folder; how many were removed.
+
+    Raises
+    ------
+    StoreWriteError
+        If an expired claim cannot be removed (a read-only store, ...).
+    """
     removed = 0
     for path in runs.glob(f"{PREFIX}*"):
         if "+" not in path.name and path.exists() and holder(path) is None:
@@ -133,7 +139,13 @@ def remove_expired(runs: Path) -> int:
 
 
 def holder(path: Path, sweep: str = "") -> Holder | None:
-    """The holder of the claim at ``path``; ``None`` if there is none (expired ones removed)."""
+    """The holder of the claim at ``path``; ``None`` if there is none (expired ones removed).
+
+    Raises
+    ------
+    StoreWriteError
+        If an expired claim cannot be removed.
+    """
     found = _read(path)
     try:
         age = time.time() - path.stat().st_mtime
@@ -152,12 +164,19 @@ def _remove(path: Path, expired: Holder | None) -> Holder | None:
     """Remove the expired claim at ``path``; a claim that replaced it meanwhile is kept.
 
     Returns ``None`` (no claim left), or the holder of the claim found instead.
+
+    Raises
+    ------
+    StoreWriteError
+        If the claim cannot be removed (a read-only store, ...).
     """
     aside = path.with_name(f"{path.name}+expired+{uuid.uuid4().hex[:8]}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:  # another process removed it first
         return None
+    except OSError as exc:
+        raise StoreWriteError.of(path.parent.parent, exc) from exc
     moved = _read(aside)
     if expired is not None and moved != expired:  # a new claim came in between: put it back
         with contextlib.suppress(OSError):

@@ -43,7 +43,7 @@ from simfl.scenario import Scenario
 from simfl.sweeps import claims
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case, with_seeds
-from simfl.sweeps.store import BadRun, MemoryStore, Store, StoreWriteError
+from simfl.sweeps.store import BadRun, MemoryStore, Store, StoreError, StoreWriteError
 from simfl.sweeps.worker import (
     Prepared,
     RunOutcome,
@@ -276,8 +276,6 @@ def sweep(
     to_run = {s.run_id for s in todo}
     skipped = [s.run_id for s in specs if s.run_id in stored and s.run_id not in to_run]
     failed = [r for r in skipped if stored[r] == "failed"]
-    ran: list[str] = []
-    claimed: list[str] = []
     bar = tqdm(
         total=len(specs),
         initial=len(skipped),
@@ -287,7 +285,7 @@ def sweep(
         disable=not progress,
     )
     described = "nothing to run"
-    done = _Done(ran, skipped, failed, claimed)
+    done = _Done([], skipped, failed, [])
     try:
         if todo:
             described = runner.describe()
@@ -382,6 +380,8 @@ class _RunsBar:
         self.bar = bar
         self.finished = finished
         self.flight: dict[int, float] = {}
+        self.failed = 0
+        self.waiting = 0
 
     @property
     def shown(self) -> bool:
@@ -398,13 +398,23 @@ class _RunsBar:
         self.flight.pop(index, None)
         self._move()
 
+    def wait(self, claimed: int) -> None:
+        """Say that ``claimed`` runs are waited for, claimed by another sweep (0: none now)."""
+        self.waiting = claimed
+        self._postfix(refresh=True)
+
     def finish(self, index: int, failed: int) -> None:
         """Run ``index`` ended (``failed``: how many runs of the sweep failed so far)."""
         self.flight.pop(index, None)
         self.finished += 1
-        if failed:
-            self.bar.set_postfix(failed=failed, refresh=False)
+        if failed != self.failed:
+            self.failed = failed
+            self._postfix()
         self._move()
+
+    def _postfix(self, refresh: bool = False) -> None:
+        words = {"failed": self.failed, "claimed by another sweep": self.waiting}
+        self.bar.set_postfix({k: v for k, v in words.items() if v}, refresh=refresh)
 
     def _move(self) -> None:
         done = self.finished + sum(self.flight.values())
@@ -485,10 +495,13 @@ def _await_claimed(
     """
     waiting, again = list(claimed), []
     while waiting:
-        bar.bar.set_postfix(claimed_by_another_sweep=len(waiting), refresh=True)
+        bar.wait(len(waiting))
         still = []
         for spec in waiting:
-            record = disk.record(spec.run_id)
+            try:
+                record = disk.record(spec.run_id)
+            except StoreError:  # stored unreadable: run it again once the claim ends
+                record = None
             if record is not None and (record["status"] == "done" or not spec.replace_failed):
                 done.skipped.append(spec.run_id)
                 done.claimed.append(spec.run_id)
@@ -502,6 +515,7 @@ def _await_claimed(
         waiting = still
         if waiting:
             time.sleep(_CLAIM_POLL)
+    bar.wait(0)
     return again
 
 
