@@ -10,6 +10,8 @@ the limit raises ``OSError(EFBIG)``.
 from __future__ import annotations
 
 import errno
+import logging
+import os
 import resource
 import subprocess
 import sys
@@ -21,7 +23,7 @@ import pytest
 import simfl
 from simfl import Store
 from simfl.results import Results
-from simfl.sweeps import StoreWriteError
+from simfl.sweeps import Dask, StoreWriteError
 from tests.helpers import tiny_linear
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,10 +102,16 @@ def _limit_file_size() -> None:
 
 
 def _sweep(file: Path, store: Path, limited: bool) -> subprocess.CompletedProcess[str]:
+    """``simfl sweep`` of ``file`` (``--quiet``: no progress board in shared memory).
+
+    Under the limit no bytecode is written: a ``.pyc`` cut short at the limit would be taken
+    for a good one by every later import.
+    """
     command = [sys.executable, "-m", "simfl.cli", "sweep", str(file), "--seeds", "0-5"]
     return subprocess.run(
         [*command, "--store", str(store), "--workers", "2", "--quiet"],
         cwd=ROOT,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,3 +139,22 @@ def test_a_file_size_limit_in_the_workers_loses_no_run(tmp_path):
     assert "6 runs: 6 ran (6 done, 0 failed), 0 already in the store" in room.stdout
     assert set(Store(store).status().values()) == {"done"}
     assert len(list((store / "runs").iterdir())) == 6  # nothing left of the stopped workers
+
+
+def test_a_dask_worker_that_cannot_write_the_store_stops_the_sweep(tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+
+    def full(self: Results, directory: Path) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+
+    monkeypatch.setattr(Results, "save", full)  # the workers are threads of this process
+    with (
+        distributed.LocalCluster(
+            n_workers=1, processes=False, dashboard_address=None, silence_logs=logging.ERROR
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        dask = Dask(client=client)
+        with pytest.raises(StoreWriteError, match="No space left on device"):
+            simfl.sweep(_cases(), store=tmp_path / "s", executor=dask, progress=False)
+    assert Store(tmp_path / "s").status() == {}
