@@ -15,7 +15,9 @@
     that names them (:func:`simfl.sweeps.with_seeds`). A progress bar counts runs, with the
     share done of the runs in flight, into a results store (default
     ``runs/sweep-FILE``). Runs already in the store are skipped, so re-running a killed sweep
-    resumes it; failed runs are kept and skipped unless ``--retry-failed``. Prints what ran, was
+    resumes it; failed runs are kept and skipped unless ``--retry-failed``. Sweeps started at
+    once on one store compute each run once: a run another sweep is computing is waited for
+    and counted as already in the store ("claimed by another sweep"). Prints what ran, was
     skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
     anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI) for each
     scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
@@ -166,7 +168,8 @@ def _ship_by_value(modules: list[Any], folder: Path) -> None:
     for module in modules:
         name = getattr(module, "__name__", "")
         origin = getattr(module, "__file__", None)
-        if "." in name or name == "simfl" or not origin or "site-packages" in origin:
+        installed = "site-packages" in str(origin) or "dist-packages" in str(origin)
+        if "." in name or name == "simfl" or not origin or installed:
             continue
         try:
             inside = Path(origin).resolve().is_relative_to(folder)

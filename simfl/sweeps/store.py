@@ -9,6 +9,8 @@ Layout::
       runs/<run_id>/rounds.parquet     the run's Results (Results.save layout; absent when the
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
       runs/<run_id>/meta.json
+      runs/.claim-<run_id>             the claim of the sweep computing the run
+                                       (:mod:`simfl.sweeps.claims`)
       .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
 
 A run is written into a hidden ``runs/.partial-...`` directory and renamed to
