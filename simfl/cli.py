@@ -75,8 +75,9 @@ from simfl.engine import run
 from simfl.results import Results
 from simfl.results.folder import check_destination
 from simfl.scenario import Scenario
-from simfl.sweeps.executors import EXECUTORS, SchedulerError, probe_scheduler
+from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case, ranges_text, with_seeds
+from simfl.sweeps.scheduler import SchedulerError, probe_scheduler
 from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning, StoreWriteError
 
 __all__ = [
@@ -208,7 +209,7 @@ def _folder_name(text: str) -> str:
 def _check_scheduler(address: str) -> None:
     """Fail fast, in one line, if ``--scheduler`` is malformed or no Dask scheduler is there.
 
-    See :func:`simfl.sweeps.executors.probe_scheduler` (bounded by its ``CONNECT_TIMEOUT``).
+    See :func:`simfl.sweeps.scheduler.probe_scheduler` (bounded by its ``CONNECT_TIMEOUT``).
     """
     try:
         probe_scheduler(address)

@@ -19,7 +19,7 @@ import pytest
 
 import simfl
 from simfl.cli import main
-from simfl.sweeps import Dask, SchedulerError, executors
+from simfl.sweeps import Dask, SchedulerError, scheduler
 from tests.helpers import tiny_linear
 
 pytest.importorskip("distributed")
@@ -42,7 +42,7 @@ FILE = textwrap.dedent(
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Half a second to connect and be greeted, one for Dask's own connection attempts."""
-    monkeypatch.setattr(executors, "CONNECT_TIMEOUT", 0.5, raising=False)
+    monkeypatch.setattr(scheduler, "CONNECT_TIMEOUT", 0.5)
     dask = pytest.importorskip("dask")
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         yield
@@ -158,8 +158,8 @@ def test_a_dask_scheduler_passes_the_probe():
         dashboard_address=None,
         silence_logs=logging.ERROR,
     ) as cluster:
-        executors.probe_scheduler(cluster.scheduler_address, timeout=5)
+        scheduler.probe_scheduler(cluster.scheduler_address, timeout=5)
         address = cluster.scheduler_address.removeprefix("tcp://")  # tcp:// by default
-        executors.probe_scheduler(address, timeout=5)
+        scheduler.probe_scheduler(address, timeout=5)
         with Dask(cluster.scheduler_address) as dask:
             assert dask.describe() == f"dask ({cluster.scheduler_address}, 0 workers)"

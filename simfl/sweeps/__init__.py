@@ -4,6 +4,7 @@
   and the rule for seeds (:func:`with_seeds`);
 * :mod:`simfl.sweeps.run`: :func:`sweep` (also ``simfl.sweep``), which runs the cases;
 * :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
+* :mod:`simfl.sweeps.scheduler`: Dask scheduler addresses, checked before connecting;
 * :mod:`simfl.sweeps.worker`: what an executor runs for one case;
 * :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`;
   :class:`StoreWriteError` when it cannot be written);
@@ -13,17 +14,11 @@
 * :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
 """
 
-from simfl.sweeps.executors import (
-    Dask,
-    Executor,
-    Inline,
-    Processes,
-    SchedulerError,
-    make_executor,
-)
+from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_executor
 from simfl.sweeps.grid import Case, grid, with_seeds
 from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
 from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
+from simfl.sweeps.scheduler import SchedulerError
 from simfl.sweeps.store import MemoryStore, Store, StoreWriteError
 
 __all__ = [
