@@ -19,7 +19,9 @@
     code changed since (simfl's sources, or the file's classes and functions and what they
     reach) is stale: it runs again, the old run kept in ``STORE/.superseded/``, unless
     ``--reuse-stale``; runs stored before simfl recorded code are kept unless
-    ``--rerun-unknown`` (the summary says how many of each there are). Prints what ran, was
+    ``--rerun-unknown`` (the summary says how many of each there are). Sweeps started at
+    once on one store compute each run once: a run another sweep is computing is waited for
+    and counted as already in the store ("claimed by another sweep"). Prints what ran, was
     skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
     anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI) for each
     scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
@@ -39,8 +41,15 @@
     run is left in place.
 
 Errors a user can fix (a bad argument, a scenario file that does not import, an output path
-that cannot be written, a full disk, an unreachable scheduler) are printed as one line
-``error: ...`` with exit status 2; anything else is a bug and keeps its traceback.
+that cannot be written, a full disk, an unreachable scheduler or a peer that is not one) are
+printed as one line ``error: ...`` with exit status 2; anything else is a bug and keeps its
+traceback. A sweep whose store cannot be written (a full disk, a quota, a read-only
+filesystem) stops its workers, prints what it stored and that one line; the runs it could not
+store are not recorded, so the same command runs them once there is room.
+
+``run`` and ``sweep`` import the scenario file as ``python FILE`` does, with its folder first
+on ``sys.path``, so it can import modules beside it; those modules travel to the workers by
+value, like the file's own classes.
 """
 
 from __future__ import annotations
@@ -55,16 +64,16 @@ import math
 import re
 import shlex
 import signal
-import socket
 import sys
 import threading
 import traceback
-import urllib.parse
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import cloudpickle
 
 from simfl.engine import run
 from simfl.results import Results
@@ -72,7 +81,8 @@ from simfl.results.folder import check_destination
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case, ranges_text, with_seeds
-from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning
+from simfl.sweeps.scheduler import SchedulerError, probe_scheduler
+from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning, StoreWriteError
 
 __all__ = [
     "MAX_SEEDS",
@@ -115,8 +125,6 @@ _LISTED = 12
 DEFAULT_SEEDS = "0-4"
 #: Longest scenario-derived folder name under ``runs/`` (a hash suffix keeps names distinct).
 _NAME_LIMIT = 100
-#: Seconds to wait for a Dask scheduler to accept a connection before giving up.
-_CONNECT_TIMEOUT = 5.0
 
 
 class UsageError(Exception):
@@ -128,11 +136,21 @@ MAX_SEEDS = 100_000
 
 
 def _load(path: str | Path) -> Any:
+    """Import a scenario file as ``python FILE`` would: its folder first on ``sys.path``.
+
+    The file's modules beside it (and packages below its folder) that it imports are then
+    pickled by value (``cloudpickle.register_pickle_by_value``), like the file's own classes,
+    so that workers that cannot import them (a Dask cluster's) still get them.
+    """
     file = Path(path)
     if file.is_dir():
         raise ValueError(f"scenario file {file} is a directory; give a Python file in it")
     if not file.is_file():
         raise ValueError(f"scenario file {file} does not exist")
+    folder = str(file.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    before = set(sys.modules)
     # not registered in sys.modules: cloudpickle then ships the file's own classes by value
     spec = importlib.util.spec_from_file_location(f"_simfl_scenario_{file.stem}", file)
     if spec is None or spec.loader is None:
@@ -142,7 +160,28 @@ def _load(path: str | Path) -> Any:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's code: report where it failed, in one line
         raise ValueError(_import_error(file, exc)) from exc
+    _ship_by_value([sys.modules[name] for name in set(sys.modules) - before], Path(folder))
     return module
+
+
+def _ship_by_value(modules: list[Any], folder: Path) -> None:
+    """Have cloudpickle pickle by value the top-level ``modules`` whose files are in ``folder``.
+
+    simfl itself is never shipped (a scenario file beside a simfl checkout imports it from
+    there), nor are modules inside a virtual environment's site-packages.
+    """
+    for module in modules:
+        name = getattr(module, "__name__", "")
+        origin = getattr(module, "__file__", None)
+        installed = "site-packages" in str(origin) or "dist-packages" in str(origin)
+        if "." in name or name == "simfl" or not origin or installed:
+            continue
+        try:
+            inside = Path(origin).resolve().is_relative_to(folder)
+        except OSError:
+            continue
+        if inside:
+            cloudpickle.register_pickle_by_value(module)
 
 
 def _import_error(file: Path, exc: Exception) -> str:
@@ -172,23 +211,16 @@ def _folder_name(text: str) -> str:
 
 
 def _check_scheduler(address: str) -> None:
-    """Fail fast, in one line, if a Dask scheduler at ``tcp://host:port`` does not answer."""
-    url = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}")
+    """Fail fast, in one line, if ``--scheduler`` is malformed or no Dask scheduler is there.
+
+    See :func:`simfl.sweeps.scheduler.probe_scheduler` (bounded by its ``CONNECT_TIMEOUT``).
+    """
     try:
-        port = url.port
-    except ValueError:
-        port = None
-    if url.scheme not in ("tcp", "tls") or not url.hostname or port is None:
-        return  # other transports: distributed checks them itself
-    try:
-        with socket.create_connection((url.hostname, port), timeout=_CONNECT_TIMEOUT):
-            pass
-    except OSError as exc:
-        reason = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
-        raise UsageError(
-            f"no Dask scheduler answers at {address} ({reason} within "
-            f"{_CONNECT_TIMEOUT:g} s); start one with `dask scheduler` or check --scheduler"
-        ) from None
+        probe_scheduler(address)
+    except ValueError as exc:
+        raise UsageError(f"--scheduler: {exc}") from None
+    except SchedulerError as exc:
+        raise UsageError(f"{exc} (--scheduler)") from None
 
 
 def load_scenarios(path: str | Path) -> dict[str, Scenario]:
@@ -426,6 +458,18 @@ def _stopped(
     return 128 + signal.SIGTERM if terminated else 130
 
 
+def _unwritable(exc: StoreWriteError, args: argparse.Namespace, store: str | Path) -> int:
+    """Say what a sweep that could not write its store did, in one error line; exit status 2."""
+    if exc.outcome is not None:
+        print(exc.outcome.summary(), flush=True)
+    print(
+        f"error: {exc}; the sweep stopped and the runs it could not store are not recorded: "
+        f"make room and run `{_resume_command(args, store)}` to run them",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _seeded(cases: list[Case], seeds: str | None, file: str) -> tuple[list[Case], str]:
     """The runs of a sweep file's cases, and how they were counted, in words.
 
@@ -479,6 +523,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             )
     except KeyboardInterrupt as exc:
         return _stopped(exc, bool(signals), args, store)
+    except StoreWriteError as exc:
+        return _unwritable(exc, args, store)
     print(out.summary())
     if target is not None and len(out.failed) < len(out.run_ids):
         metric, side, value = target
@@ -679,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (UsageError, ValueError, FileNotFoundError) as exc:
+    except (UsageError, ValueError, FileNotFoundError, SchedulerError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         if exc.errno not in _ENVIRONMENT_ERRNOS:

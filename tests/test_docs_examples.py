@@ -1,4 +1,4 @@
-"""The policy examples of docs/writing-a-policy.md run, and do what the page says."""
+"""The examples of docs/writing-a-policy.md and writing-an-algorithm.md run, as they say."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 import simfl
 from simfl import Fleet, Profile, Scenario, algorithms, dists, policies
+from simfl.algorithms import Algorithm, base
+from simfl.rng import Streams
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -109,3 +112,65 @@ def test_hinge_weighting_is_fedbuff_with_other_weights():
     assert (hinged.clients["staleness"] > 2).any()
     assert hinged.clients.equals(plain.clients)
     assert not np.array_equal(hinged.rounds["distance"], plain.rounds["distance"])
+
+
+def _contract_blocks() -> tuple[str, str]:
+    """The required and the optional code blocks of docs/writing-an-algorithm.md."""
+    page = (DOCS / "writing-an-algorithm.md").read_text()
+    required = re.search(r"### Required methods\n.*?```python\n(.*?)```", page, re.S)
+    optional = re.search(r"### Optional methods.*?```python\n(.*?)```", page, re.S)
+    assert required is not None and optional is not None
+    return required.group(1), optional.group(1)
+
+
+def test_the_documented_algorithm_contract_is_the_abstract_one():
+    required, optional = _contract_blocks()
+    shown = set(re.findall(r"def (\w+)\(", required))
+    assert shown == set(Algorithm.__abstractmethods__)
+    # every other method of the contract, and every setting, is shown among the optional ones
+    methods = {
+        name
+        for name, value in vars(Algorithm).items()
+        if callable(value) and not name.startswith("_")
+    }
+    assert set(re.findall(r"def (\w+)\(", optional)) == methods - shown
+    settings = {n for n in Algorithm.__annotations__ if not n.startswith("_")}
+    assert set(re.findall(r"^    (\w+): ClassVar", optional, re.M)) == settings
+    # the docstrings say the same: each abstract method is named, and marked required
+    for name in Algorithm.__abstractmethods__:
+        assert f":meth:`{name}`" in (Algorithm.__doc__ or "")
+        assert re.search(rf"``{name}\(.*\) -> .*`` \(required\)", base.__doc__ or ""), name
+    assert "(required)" not in "".join(
+        line for line in (base.__doc__ or "").splitlines() if line.startswith("``work(")
+    )
+
+
+def test_the_minimal_algorithm_of_the_docs_instantiates_and_runs():
+    page = (DOCS / "writing-an-algorithm.md").read_text()
+    code = (DOCS / "examples" / "linear_sgd.py").read_text()
+    assert code in re.findall(r"```python\n(.*?)```", page, re.S)
+    linear_sgd = _example("linear_sgd")["LinearSGD"]
+    task = simfl.tasks.LinearRepresentation(d=8, k=2, samples_per_client=20, fresh_samples=False)
+    sc = Scenario(
+        task=task,
+        algorithm=linear_sgd(step_size=0.5),
+        fleet=Fleet.homogeneous(30, compute=dists.Exponential(mean=1.0)),
+        policy=policies.WaitAll(),
+        rounds=100,
+        seed=1,
+    )
+    res = simfl.run(sc, progress=False)
+    assert res.ok and len(res.rounds) == 100 and np.isfinite(res.rounds["test_mse"]).all()
+    # every client every round on fixed samples: gradient descent on the pooled squared error
+    x, y = task.build(30, Streams(1)).train_batch(np.arange(30), 0)
+    pooled = np.linalg.lstsq(x.reshape(-1, 8), y.reshape(-1), rcond=None)[0]
+    np.testing.assert_allclose(res.state, pooled, rtol=0, atol=1e-12)
+    # check() refuses a task the algorithm cannot read, when the scenario is built
+    with pytest.raises(ValueError, match=r"Scenario\.task must be a tasks\.LinearRepresentation"):
+        Scenario(
+            task=None,
+            algorithm=linear_sgd(),
+            fleet=Fleet.homogeneous(3, compute=dists.Exponential(mean=1.0)),
+            policy=policies.WaitAll(),
+            rounds=2,
+        )

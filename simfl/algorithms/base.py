@@ -2,22 +2,28 @@
 
 The engine decides who takes part and which updates arrive; the algorithm computes. An algorithm
 is a small frozen dataclass of hyper-parameters whose methods take a state and return a new one
-(FedJAX's ``FederatedAlgorithm(init, apply)`` split into the steps the engine needs to time):
+(FedJAX's ``FederatedAlgorithm(init, apply)`` split into the steps the engine needs to time).
+Every algorithm implements the abstract methods (marked *required*; a class that lacks one cannot
+be instantiated); the others have defaults. ``docs/writing-an-algorithm.md`` shows the contract
+and a complete example.
 
-``initial_state(data, streams) -> state``
+``check(task) -> None`` (required)
+    raise ``ValueError`` naming ``Scenario.task`` if this algorithm cannot train ``task``;
+    called when the :class:`~simfl.Scenario` is built, before anything runs
+``initial_state(data, streams) -> state`` (required)
     the server state before round 0
 ``work(state, clients) -> NDArray[float64]``
-    compute work units of each selected client (times the fleet's seconds/unit)
-``payload(state) -> Payload``
+    compute work units of each selected client (times the fleet's seconds/unit; default 1)
+``payload(state) -> Payload`` (required)
     bytes sent down to and up from each selected client
-``local_updates(state, data, clients, round, streams) -> Updates``
+``local_updates(state, data, clients, round, streams) -> Updates`` (required)
     the local updates of a cohort, in one batched computation
 ``job_steps(state, clients) -> NDArray[float64]``
     local steps of each client's full job (default: its work units)
 ``partial_updates(state, data, clients, round, streams, steps) -> Updates``
     the same when client ``i`` did only ``steps[i]`` of its local steps: partial work under a
     deadline (only algorithms whose ``partial_work`` is true)
-``aggregate(state, updates, outcome) -> state``
+``aggregate(state, updates, outcome) -> state`` (required)
     the new state from the accepted updates; ``outcome`` (:class:`simfl.outcome.Outcome`) says
     what happened to every job of the aggregation (arrived, late, dropped, cancelled, their
     times and staleness), so stragglers and dropouts are an input of the math
@@ -25,7 +31,7 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
     local work of the clients outside the round between aggregations (e.g. FedMAvg's PCC
     updates of ``H_p``), called by the engine right after every successful aggregation with the
     bound task data; default: the state unchanged
-``evaluate(state, data) -> dict[str, float]``
+``evaluate(state, data) -> dict[str, float]`` (required)
     the metrics of the task for the current state
 ``evaluate_clients(state, data) -> (clients, {metric: values}) | None``
     the metrics of each evaluated client, where the task evaluates per client (called once, for
@@ -34,6 +40,13 @@ is a small frozen dataclass of hyper-parameters whose methods take a state and r
     the server-side parameters clients update, by name (for asynchronous mixing)
 ``with_shared(state, shared) -> state``
     the state with new server-side parameters (e.g. re-orthonormalised)
+``keep_local(state, updates) -> state``
+    the state with the clients' own parameters of ``updates`` kept (default: unchanged)
+``job_updates(states, data, clients, keys, streams) -> Updates``
+    the updates of jobs that each started from their own state (default: one
+    ``local_updates`` call per job)
+``prepare_jobs(data, clients, keys) -> None``
+    a hint that these jobs are about to start (default: nothing)
 
 :class:`Updates` is the typed batch of local updates: the client of each row, the per-parameter
 arrays (first axis over the rows), and optionally each row's mean training ``loss`` (recorded as
@@ -159,7 +172,13 @@ def _need(v: NDArray[np.float64] | None) -> NDArray[np.float64]:
 
 
 class Algorithm(ABC, Generic[StateT]):
-    """Base class of simfl's algorithms (see the module docstring for the contract)."""
+    """Base class of simfl's algorithms (see the module docstring for the contract).
+
+    A subclass implements the abstract methods :meth:`check`, :meth:`initial_state`,
+    :meth:`payload`, :meth:`local_updates`, :meth:`aggregate` and :meth:`evaluate` (without
+    one, instantiating it raises ``TypeError``), and may override the others, whose defaults
+    suit a synchronous algorithm that does one work unit per job.
+    """
 
     #: Short name used in summaries and plots.
     name: ClassVar[str] = "algorithm"

@@ -4,8 +4,11 @@
   and the rule for seeds (:func:`with_seeds`);
 * :mod:`simfl.sweeps.run`: :func:`sweep` (also ``simfl.sweep``), which runs the cases;
 * :mod:`simfl.sweeps.executors`: where the runs execute (inline, local processes, Dask);
+* :mod:`simfl.sweeps.scheduler`: Dask scheduler addresses, checked before connecting;
 * :mod:`simfl.sweeps.worker`: what an executor runs for one case;
-* :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`);
+* :mod:`simfl.sweeps.store`: the results store the workers write into (:class:`Store`;
+  :class:`StoreWriteError` when it cannot be written);
+* :mod:`simfl.sweeps.claims`: the claims on runs that let sweeps share a store;
 * :mod:`simfl.sweeps.integrity`: how the store checks its files (:class:`StoreError`,
   :class:`BadRun`);
 * :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
@@ -15,7 +18,8 @@ from simfl.sweeps.executors import Dask, Executor, Inline, Processes, make_execu
 from simfl.sweeps.grid import Case, grid, with_seeds
 from simfl.sweeps.integrity import BadRun, StoreError, StoreWarning
 from simfl.sweeps.run import SweepInterrupted, SweepOutcome, sweep
-from simfl.sweeps.store import MemoryStore, Store
+from simfl.sweeps.scheduler import SchedulerError
+from simfl.sweeps.store import MemoryStore, Store, StoreWriteError
 
 __all__ = [
     "BadRun",
@@ -25,9 +29,11 @@ __all__ = [
     "Inline",
     "MemoryStore",
     "Processes",
+    "SchedulerError",
     "Store",
     "StoreError",
     "StoreWarning",
+    "StoreWriteError",
     "SweepInterrupted",
     "SweepOutcome",
     "grid",

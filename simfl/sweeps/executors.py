@@ -78,6 +78,8 @@ from multiprocessing.sharedctypes import RawArray
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from simfl._checks import check_choice, check_int
+from simfl.sweeps import scheduler as addresses
+from simfl.sweeps.scheduler import SchedulerError, check_scheduler, probe_scheduler
 
 __all__ = [
     "EXECUTORS",
@@ -467,7 +469,11 @@ class Dask(Executor):
     Parameters
     ----------
     scheduler
-        Address of a running scheduler, e.g. ``"tcp://10.0.0.5:8786"``.
+        Address of a running scheduler, e.g. ``"tcp://10.0.0.5:8786"``: checked at once
+        (:func:`~simfl.sweeps.scheduler.check_scheduler`); on first use, a scheduler that
+        does not answer, or a peer that is not one, raises :class:`SchedulerError` within
+        about ``2 *`` :data:`~simfl.sweeps.scheduler.CONNECT_TIMEOUT` seconds
+        (:func:`~simfl.sweeps.scheduler.probe_scheduler`).
     workers
         Without ``scheduler`` or ``client``: size of the local cluster started for the sweep
         (single-threaded worker processes; default: the CPUs of this machine).
@@ -497,10 +503,8 @@ class Dask(Executor):
         client: Any = None,
         threads: int | None = None,
     ) -> None:
-        if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
-            raise ValueError(
-                f"Dask.scheduler must be an address like tcp://host:8786, got {scheduler!r}"
-            )
+        if scheduler is not None:
+            check_scheduler(scheduler)
         if sum(x is not None for x in (scheduler, client)) > 1:
             raise ValueError("Dask takes a scheduler address or a client, not both")
         if workers is not None:
@@ -529,7 +533,14 @@ class Dask(Executor):
                 "the dask executor needs distributed: pip install 'simfl[dask]'"
             ) from exc
         if self.scheduler is not None:
-            self._client = distributed.Client(self.scheduler)
+            probe_scheduler(self.scheduler)
+            try:
+                self._client = distributed.Client(self.scheduler, timeout=addresses.CONNECT_TIMEOUT)
+            except (OSError, MemoryError, OverflowError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise SchedulerError(
+                    f"cannot connect to the Dask scheduler at {self.scheduler}: {reason}"
+                ) from None
         else:
             cluster = distributed.LocalCluster(
                 n_workers=self.workers or os.cpu_count() or 1,

@@ -10,7 +10,13 @@
 :func:`sweep` (``simfl.sweep``) runs every case on an executor (:mod:`simfl.sweeps.executors`);
 workers write each finished run into the store (:mod:`simfl.sweeps.store`) atomically. Runs
 already in the store are skipped, so a killed sweep resumes where it stopped; a run that raises
-is stored as ``failed`` (as is one whose scenario cannot be pickled) and the others go on.
+is stored as ``failed`` (as is one whose scenario cannot be pickled) and the others go on. A
+store that cannot be written (a full disk, a quota, a read-only filesystem) is a fault of the
+machine, not of the run: the sweep stops its workers and raises
+:class:`~simfl.sweeps.store.StoreWriteError`, and the runs it could not store stay to do.
+Sweeps sharing a store claim each run before computing it (:mod:`simfl.sweeps.claims`), so
+every run is computed once: a sweep waits for the runs another sweep is computing and counts
+them as already stored.
 Before it schedules anything, the sweep checks the store and moves unreadable runs aside
 (:meth:`simfl.Store.check`), so that they run again. A stored run is the same run when its
 values (the run id's fingerprint) *and* the code behind it (:mod:`simfl.sweeps.identity`:
@@ -30,6 +36,7 @@ import os
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,16 +45,27 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from simfl.scenario import Scenario
+from simfl.sweeps import claims
 from simfl.sweeps.executors import Executor, make_executor
 from simfl.sweeps.grid import Case, with_seeds
 from simfl.sweeps.identity import changed_parts
-from simfl.sweeps.store import SUPERSEDED, BadRun, MemoryStore, Store
-from simfl.sweeps.worker import Prepared, RunSpec, execute, git_revision, make_spec, record_of
+from simfl.sweeps.store import SUPERSEDED, BadRun, MemoryStore, Store, StoreError, StoreWriteError
+from simfl.sweeps.worker import (
+    Prepared,
+    RunOutcome,
+    RunSpec,
+    execute,
+    git_revision,
+    make_spec,
+    record_of,
+)
 
 __all__ = ["SweepInterrupted", "SweepOutcome", "sweep"]
 
 #: The sweep's bar: runs done, counting the share done of the runs in flight (15.4/18 runs).
 _BAR = "{l_bar}{bar}| {n:.1f}/{total} runs [{elapsed}<{remaining}{postfix}]"
+#: Seconds between two looks at the runs another sweep on the store claimed.
+_CLAIM_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -89,6 +107,9 @@ class SweepOutcome:
         Whether the stale runs were kept (``reuse_stale=True``) rather than run again.
     rerun_unknown
         Whether the runs of unknown code were run again.
+    claimed
+        The runs of ``skipped`` that another sweep on the store was computing when this one
+        came to them (claimed by another sweep): this sweep waited for them.
     """
 
     run_ids: tuple[str, ...]
@@ -104,6 +125,7 @@ class SweepOutcome:
     unknown: tuple[str, ...] = ()
     reuse_stale: bool = False
     rerun_unknown: bool = False
+    claimed: tuple[str, ...] = ()
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -125,10 +147,11 @@ class SweepOutcome:
         """A few lines: what ran, what was skipped, failed or is left, and where the store is."""
         done_now = len(self.ran) - len(set(self.ran) & set(self.failed))
         left = f", {self.left} not run yet" if self.left else ""
+        claimed = f" ({len(self.claimed)} claimed by another sweep)" if self.claimed else ""
         lines = [
             f"{len(self.run_ids)} runs: {len(self.ran)} ran ({done_now} done, "
             f"{len(self.ran) - done_now} failed), {len(self.skipped)} already in the store"
-            f"{left}; {self.executor}, {self.seconds:.3g} s"
+            f"{claimed}{left}; {self.executor}, {self.seconds:.3g} s"
         ]
         if not isinstance(self.store, MemoryStore):
             lines.append(
@@ -277,6 +300,10 @@ def sweep(
     SweepInterrupted
         On ``KeyboardInterrupt`` while runs execute, once the workers are stopped (the runs in
         flight are not recorded; the same call resumes the sweep).
+    StoreWriteError
+        If a run cannot be written into the store (a full disk, a quota, a read-only
+        filesystem: an ``OSError``), once the workers are stopped; its ``outcome`` says what
+        was stored, and the same call, once there is room, runs the rest.
     """
     started = time.perf_counter()
     items = _cases(cases, seeds)
@@ -298,12 +325,16 @@ def sweep(
     specs = _specs(
         items, None if disk is None else str(disk.path.resolve()), retry_failed, progress
     )
+    if disk is not None:  # the token of this sweep's claims on the runs
+        token = uuid.uuid4().hex
+        specs = [dataclasses.replace(s, sweep=token) for s in specs]
     memory = MemoryStore() if disk is None else None
     out: Store = disk if disk is not None else memory  # type: ignore[assignment]
     repaired = tuple(disk.check(repair=True)) if disk is not None else ()
     records = {r["run_id"]: r for r in disk.records()} if disk is not None else {}
     if disk is not None:
         disk.remove_stale_partials()
+        claims.remove_expired(disk.runs_dir)
     code = _Code(specs, records, reuse_stale, rerun_unknown)
     specs = code.specs
     stored = {r: records[r]["status"] for r in records}
@@ -315,7 +346,6 @@ def sweep(
     to_run = {s.run_id for s in todo}
     skipped = [s.run_id for s in specs if s.run_id in stored and s.run_id not in to_run]
     failed = [r for r in skipped if stored[r] == "failed"]
-    ran: list[str] = []
     bar = tqdm(
         total=len(specs),
         initial=len(skipped),
@@ -325,19 +355,23 @@ def sweep(
         disable=not progress,
     )
     described = "nothing to run"
+    done = _Done([], skipped, failed, [])
     try:
         if todo:
             described = runner.describe()
-            _execute(runner, todo, disk, memory, ran, failed, _RunsBar(bar, len(skipped)))
+            _execute(runner, todo, disk, memory, done, _RunsBar(bar, len(skipped)))
     except KeyboardInterrupt as exc:
         raise SweepInterrupted(
-            code.outcome(_outcome(specs, ran, skipped, failed, out, described, started, repaired))
+            code.outcome(_outcome(specs, done, out, described, started, repaired))
         ) from exc
+    except StoreWriteError as exc:  # the machine's fault: the runs not stored stay to do
+        exc.outcome = code.outcome(_outcome(specs, done, out, described, started, repaired))
+        raise
     finally:
         bar.close()
         if runner is not executor:
             runner.close()
-    return code.outcome(_outcome(specs, ran, skipped, failed, out, described, started, repaired))
+    return code.outcome(_outcome(specs, done, out, described, started, repaired))
 
 
 class _Code:
@@ -389,11 +423,19 @@ class _Code:
         )
 
 
+@dataclass(frozen=True)
+class _Done:
+    """The runs of a sweep so far, by what happened to them (lists appended to as they end)."""
+
+    ran: list[str]
+    skipped: list[str]
+    failed: list[str]
+    claimed: list[str]
+
+
 def _outcome(
     specs: list[RunSpec],
-    ran: list[str],
-    skipped: list[str],
-    failed: list[str],
+    done: _Done,
     store: Store,
     described: str,
     started: float,
@@ -403,13 +445,14 @@ def _outcome(
     order = {s.run_id: i for i, s in enumerate(specs)}
     return SweepOutcome(
         tuple(s.run_id for s in specs),
-        tuple(sorted(ran, key=order.__getitem__)),
-        tuple(skipped),
-        tuple(sorted(failed, key=order.__getitem__)),
+        tuple(sorted(done.ran, key=order.__getitem__)),
+        tuple(sorted(done.skipped, key=order.__getitem__)),
+        tuple(sorted(done.failed, key=order.__getitem__)),
         store,
         described,
         time.perf_counter() - started,
         repaired,
+        claimed=tuple(sorted(done.claimed, key=order.__getitem__)),
     )
 
 
@@ -458,6 +501,8 @@ class _RunsBar:
         self.bar = bar
         self.finished = finished
         self.flight: dict[int, float] = {}
+        self.failed = 0
+        self.waiting = 0
 
     @property
     def shown(self) -> bool:
@@ -469,13 +514,28 @@ class _RunsBar:
         self.flight[index] = min(1.0, max(0.0, share))
         self._move()
 
+    def leave(self, index: int) -> None:
+        """Run ``index`` was left to another sweep: its share no longer counts."""
+        self.flight.pop(index, None)
+        self._move()
+
+    def wait(self, claimed: int) -> None:
+        """Say that ``claimed`` runs are waited for, claimed by another sweep (0: none now)."""
+        self.waiting = claimed
+        self._postfix(refresh=True)
+
     def finish(self, index: int, failed: int) -> None:
         """Run ``index`` ended (``failed``: how many runs of the sweep failed so far)."""
         self.flight.pop(index, None)
         self.finished += 1
-        if failed:
-            self.bar.set_postfix(failed=failed, refresh=False)
+        if failed != self.failed:
+            self.failed = failed
+            self._postfix()
         self._move()
+
+    def _postfix(self, refresh: bool = False) -> None:
+        words = {"failed": self.failed, "claimed by another sweep": self.waiting}
+        self.bar.set_postfix({k: v for k, v in words.items() if v}, refresh=refresh)
 
     def _move(self) -> None:
         done = self.finished + sum(self.flight.values())
@@ -487,39 +547,111 @@ def _execute(
     todo: list[RunSpec],
     disk: Store | None,
     memory: MemoryStore | None,
-    ran: list[str],
-    failed: list[str],
+    done: _Done,
     bar: _RunsBar,
 ) -> None:
-    """Run ``todo`` on ``runner``, appending each run to ``ran`` (and ``failed``) as it ends.
+    """Run ``todo`` on ``runner``, adding each run to ``done`` as it ends.
+
+    Runs that another sweep on the store claimed are waited for (:func:`_await_claimed`):
+    those it stored count as skipped (and ``claimed``), the others run again here.
+    """
+    offset = 0  # the bar's index of the first run of this pass
+    while todo:
+        left = _pass(runner, todo, disk, memory, done, bar, offset)
+        offset += len(todo)
+        todo = [] if disk is None else _await_claimed(left, disk, done, bar)
+
+
+def _pass(
+    runner: Executor,
+    todo: list[RunSpec],
+    disk: Store | None,
+    memory: MemoryStore | None,
+    done: _Done,
+    bar: _RunsBar,
+    offset: int,
+) -> list[RunSpec]:
+    """Run ``todo`` on ``runner`` once; return the runs left to another sweep's claim.
 
     With the bar shown, the runs report their progress (:meth:`Executor.map_reporting`).
-    However this ends (an interruption included), the executor's iterator is closed before it
-    returns, so that its workers stop now rather than when it is garbage-collected.
+    However this ends (an interruption, a store that cannot be written), the executor's
+    iterator is closed before it returns, so that its workers stop now rather than when it is
+    garbage-collected.
     """
     keys = [s.run_id for s in todo]
     results = (
-        runner.map_reporting(execute, todo, keys=keys, progress=bar.share)
+        runner.map_reporting(
+            execute, todo, keys=keys, progress=lambda i, share: bar.share(offset + i, share)
+        )
         if bar.shown
         else runner.map_unordered(execute, todo, keys=keys)
     )
+    claimed: list[RunSpec] = []
     try:
         for i, value in results:
+            if isinstance(value, RunOutcome) and value.claimed_by is not None:
+                claimed.append(todo[i])
+                bar.leave(offset + i)
+                continue
             record = _settle(todo[i], value, disk, memory)
-            ran.append(record["run_id"])
+            fresh = not isinstance(value, RunOutcome) or value.fresh
+            (done.ran if fresh else done.skipped).append(record["run_id"])
             if record["status"] == "failed":
-                failed.append(record["run_id"])
-            bar.finish(i, len(failed))
+                done.failed.append(record["run_id"])
+            bar.finish(offset + i, len(done.failed))
     finally:
         close = getattr(results, "close", None)
         if close is not None:
             close()
+    return claimed
+
+
+def _await_claimed(
+    claimed: list[RunSpec], disk: Store, done: _Done, bar: _RunsBar
+) -> list[RunSpec]:
+    """Wait until each run another sweep claimed is stored or no longer claimed.
+
+    The runs stored meanwhile are added to ``done`` as skipped (and ``claimed``); the runs
+    whose claim ended without them being stored (their claimant stopped) are returned, to run.
+    """
+    waiting, again = list(claimed), []
+    while waiting:
+        bar.wait(len(waiting))
+        still = []
+        for spec in waiting:
+            try:
+                record = disk.record(spec.run_id)
+            except StoreError:  # stored unreadable: run it again once the claim ends
+                record = None
+            if record is not None and (record["status"] == "done" or not spec.replace_failed):
+                done.skipped.append(spec.run_id)
+                done.claimed.append(spec.run_id)
+                if record["status"] == "failed":
+                    done.failed.append(spec.run_id)
+                bar.finish(-1, len(done.failed))
+            elif claims.holder(disk.runs_dir / f"{claims.PREFIX}{spec.run_id}") is None:
+                again.append(spec)
+            else:
+                still.append(spec)
+        waiting = still
+        if waiting:
+            time.sleep(_CLAIM_POLL)
+    bar.wait(0)
+    return again
 
 
 def _settle(
     spec: RunSpec, value: Any, disk: Store | None, memory: MemoryStore | None
 ) -> dict[str, Any]:
-    """Record one completion; return the run's record as it is stored."""
+    """Record one completion; return the run's record as it is stored.
+
+    Raises
+    ------
+    StoreWriteError
+        If the worker could not write the run into the store (then nothing is recorded).
+    """
+    if isinstance(value, StoreWriteError):
+        raise value
     if isinstance(value, Exception):  # the executor lost the run (worker died, ...)
         text = "".join(traceback.format_exception_only(type(value), value)).strip()
         record = record_of(spec, f"executor error: {text}")

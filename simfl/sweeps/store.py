@@ -9,6 +9,8 @@ Layout::
       runs/<run_id>/rounds.parquet     the run's Results (Results.save layout; absent when the
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
       runs/<run_id>/meta.json
+      runs/.claim-<run_id>             the claim of the sweep computing the run
+                                       (:mod:`simfl.sweeps.claims`)
       .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
       .superseded/<run_id>-<UTC time>/ runs replaced by a run of the same values computed by
                                        other code (never deleted, never read)
@@ -94,6 +96,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreWarning",
+    "StoreWriteError",
 ]
 
 #: Status of a stored run: ``done`` (the run ended normally) or ``failed`` (it raised, recorded
@@ -106,6 +109,31 @@ SUPERSEDED = ".superseded"
 _PARTIAL = ".partial-"
 #: Provenance columns that legitimately differ between two executions of the same run.
 VOLATILE = ("started", "finished", "host", "host_seconds", "git_revision", "simfl_version")
+
+
+class StoreWriteError(OSError):
+    """Writing into a store failed: a fault of the machine, not of the run being written.
+
+    A full disk (``ENOSPC``), a quota (``EDQUOT``), a file size limit (``EFBIG``), a
+    read-only filesystem (``EROFS``) or any other ``OSError`` of the store's write path. The
+    run is left unstored (the next sweep runs it), never recorded ``failed``; the sweep stops
+    and raises this error, with ``errno`` and ``filename`` of the ``OSError`` behind it and, once
+    the sweep stopped, ``outcome``: its :class:`~simfl.sweeps.SweepOutcome` so far (``None``
+    outside a sweep).
+    """
+
+    outcome: Any = None
+
+    @classmethod
+    def of(cls, store: Path, exc: OSError) -> StoreWriteError:
+        """The error of writing into ``store`` that failed with ``exc`` (message on one line)."""
+        if isinstance(exc, StoreWriteError):
+            return exc
+        reason = " ".join(str(exc).split())
+        return cls(exc.errno, f"cannot write into the store {store}: {reason}", exc.filename)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class Store:
@@ -363,7 +391,20 @@ class Store:
         that run is moved into ``.superseded/<run_id>-<UTC time>/`` (one rename, never
         deleted). A stored folder of the run that cannot be read is moved into
         ``.quarantine/`` (with a :class:`StoreWarning`) and replaced by this copy.
+
+        Raises
+        ------
+        StoreWriteError
+            If writing fails (a full disk, ...): nothing of this copy is left in the store.
         """
+        try:
+            return self._publish(record, results, replace_failed, supersede)
+        except OSError as exc:
+            raise StoreWriteError.of(self.path, exc) from exc
+
+    def _publish(
+        self, record: dict[str, Any], results: Results | None, replace_failed: bool, supersede: bool
+    ) -> bool:
         record = {**record, "has_results": results is not None}
         host, pid, token = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
         tmp = self.runs_dir / f"{_PARTIAL}{record['run_id']}+{host}+{pid}+{token}"

@@ -30,6 +30,7 @@ import numpy as np
 from simfl.engine import run, simfl_version
 from simfl.results import Results
 from simfl.scenario import Scenario
+from simfl.sweeps import claims
 from simfl.sweeps.fingerprint import fingerprint
 from simfl.sweeps.identity import code_digest, code_parts
 from simfl.sweeps.integrity import StoreError
@@ -70,6 +71,10 @@ class RunSpec:
     error
         Why the scenario cannot run anywhere (it cannot be pickled or fingerprinted; then
         ``payload`` is empty): :func:`execute` records the run ``failed`` with this error.
+    sweep
+        The token of the sweep the run belongs to: its claim on the run in the store
+        (:mod:`simfl.sweeps.claims`) says so, so that the sweep takes over its own claim when
+        the executor runs the run again after losing its worker.
     """
 
     run_id: str
@@ -79,6 +84,7 @@ class RunSpec:
     replace_failed: bool = False
     error: str | None = None
     supersede: bool = False
+    sweep: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,12 +92,16 @@ class RunOutcome:
     """What a worker sends back: the run's record, and its results only when there is no store.
 
     ``fresh`` is false when the run was found already stored (a Dask task re-run after its
-    worker was lost, or a duplicate), so it was not counted twice.
+    worker was lost, or another sweep on the store stored it first), so it was not counted
+    twice. ``claimed_by`` names the holder of another sweep's claim on the run (see
+    :mod:`simfl.sweeps.claims`) when the run was left to it: then nothing ran and ``record``
+    holds only the ``run_id``.
     """
 
     record: dict[str, Any]
     results: Results | None = None
     fresh: bool = True
+    claimed_by: str | None = None
 
 
 def scenario_fingerprint(scenario: Scenario) -> str:
@@ -236,6 +246,16 @@ def execute(spec: RunSpec, report: Callable[[float], None] | None = None) -> Run
 
     ``report``, if given, is told the share of the run done after every aggregation
     (``simfl.run(progress=report)``); the sweep's bar shows it.
+
+    With a store, the run is claimed first (:mod:`simfl.sweeps.claims`): a run claimed by
+    another sweep is left to it (``RunOutcome.claimed_by``), and one stored meanwhile is not
+    run again.
+
+    Raises
+    ------
+    StoreWriteError
+        If the run cannot be written into the store (a full disk, ...): a fault of the
+        machine, so the run is not recorded at all and the next sweep runs it.
     """
     store = None
     if spec.store is not None:
@@ -247,13 +267,36 @@ def execute(spec: RunSpec, report: Callable[[float], None] | None = None) -> Run
                 f"workers write runs into it, so it must be on a filesystem they all share, at "
                 f"the same path"
             ) from None
-    if store is not None:
-        try:
-            stored = store.record(spec.run_id)
-        except StoreError:  # damaged since the sweep's check: run it again, publish replaces it
-            stored = None
-        if stored is not None and not _replaces(spec, stored):
+    if store is None:
+        return _compute(spec, report, None)
+    stored = _stored(store, spec)
+    if stored is not None:
+        return RunOutcome(stored, fresh=False)
+    claim = claims.take(store.runs_dir, spec.run_id, spec.sweep)
+    if not isinstance(claim, claims.Claim):
+        return RunOutcome({"run_id": spec.run_id}, fresh=False, claimed_by=str(claim))
+    with claim:
+        stored = _stored(store, spec)  # published by another sweep before the claim was taken
+        if stored is not None:
             return RunOutcome(stored, fresh=False)
+        return _compute(spec, report, store)
+
+
+def _stored(store: Store, spec: RunSpec) -> dict[str, Any] | None:
+    """The stored record of ``spec``'s run, if it is not to be run (again)."""
+    try:
+        stored = store.record(spec.run_id)
+    except StoreError:  # damaged since the sweep's check: run it again, publish replaces it
+        return None
+    if stored is not None and not _replaces(spec, stored):
+        return stored
+    return None
+
+
+def _compute(
+    spec: RunSpec, report: Callable[[float], None] | None, store: Store | None
+) -> RunOutcome:
+    """Run ``spec`` and publish it into ``store`` (without one: return its results)."""
     started, clock = _now(), time.perf_counter()
     results: Results | None = None
     error = spec.error
