@@ -154,6 +154,7 @@ def run(
         "host_seconds": time.perf_counter() - started,
         "simfl_version": simfl_version(),
         "groups": encode_groups(*scenario.fleet.device_groups()),
+        "warnings": list(ctx.warnings),
     }
     if client_metrics is not None:
         meta["client_metrics"] = client_metrics
