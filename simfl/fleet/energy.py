@@ -130,9 +130,10 @@ def energy_table(energy: EnergySpec, n: int, field: str) -> NDArray[np.float64]:
             )
         if not (np.isfinite(table).all() and (table >= 0).all() and (table <= MAX_RATE).all()):
             row, col = np.argwhere(~((table >= 0) & (table <= MAX_RATE)))[0]
+            value = float(table[row, col])
             raise ValueError(
                 f"{field} values must be in [0, {MAX_RATE:g}] (simfl.fleet.energy.MAX_RATE: "
-                f"joules stay finite); device {row} has {ENERGY_FIELDS[col]} = {float(table[row, col])!r}"
+                f"joules stay finite); device {row} has {ENERGY_FIELDS[col]} = {value!r}"
             )
     else:
         items = list(energy) if isinstance(energy, Sequence) else None
