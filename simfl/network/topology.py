@@ -164,7 +164,7 @@ class Network:
         """Any networkx graph with a ``"server"`` node and the devices ``0..n-1`` as nodes.
 
         Every edge's ``latency`` (s) and ``bandwidth``, ``up`` or ``down`` (bytes/s) are
-        checked here, as the fleet's columns are (see :func:`check_link`): a bandwidth in
+        checked here, as the fleet's columns are (see :func:`_check_link`): a bandwidth in
         ``[MIN_BANDWIDTH, inf]``, a latency in ``[0, MAX_DRAW]`` (:mod:`simfl.dists`). A
         multigraph is refused: two links between the same nodes have no single path.
 
@@ -198,7 +198,7 @@ class Network:
         if SERVER not in graph:
             raise ValueError(f"Network.from_graph: the graph needs a {SERVER!r} node")
         for u, v, attrs in graph.edges(data=True):
-            check_link(f"network link {u}-{v}", attrs)
+            _check_link(f"network link {u}-{v}", attrs)
         return cls("graph", graph=graph.copy())
 
     def __repr__(self) -> str:
@@ -380,7 +380,7 @@ def _latency(field: str, value: Any) -> float:
     return check_real(field, value, low=0.0, high=MAX_DRAW)
 
 
-def check_link(field: str, attrs: dict[str, Any]) -> None:
+def _check_link(field: str, attrs: dict[str, Any]) -> None:
     """Check the attributes of a graph edge ``field`` (``"network link u-v"``) it has.
 
     ``latency`` in ``[0, MAX_DRAW]`` s; ``bandwidth``, ``up`` and ``down`` in
