@@ -164,9 +164,11 @@ class Network:
         """Any networkx graph with a ``"server"`` node and the devices ``0..n-1`` as nodes.
 
         Every edge's ``latency`` (s) and ``bandwidth``, ``up`` or ``down`` (bytes/s) are
-        checked here, as the fleet's columns are (see :func:`_check_link`): a bandwidth in
-        ``[MIN_BANDWIDTH, inf]``, a latency in ``[0, MAX_DRAW]`` (:mod:`simfl.dists`). A
-        multigraph is refused: two links between the same nodes have no single path.
+        checked here, as the fleet's columns are: a bandwidth in ``[MIN_BANDWIDTH, inf]``, a
+        latency in ``[0, MAX_DRAW]`` (see :mod:`simfl.dists`), so that any payload crosses a
+        link in finite time. A multigraph is refused (two links between the same nodes have no
+        single path), and so is a directed graph (a link's two directions are its ``up`` and
+        ``down``).
 
         Raises
         ------
