@@ -181,6 +181,7 @@ def check_array(
     low: float = -math.inf,
     low_open: bool = False,
     allow_inf: bool = False,
+    high: float = math.inf,
 ) -> NDArray[np.float64]:
     """Broadcast ``values`` to a read-only float array of length ``size`` and check its entries.
 
@@ -192,8 +193,8 @@ def check_array(
     ------
     ValueError
         If the values are not numbers, do not broadcast to ``(size,)``, or an entry is NaN,
-        infinite (unless ``allow_inf``) or below the bound. The message names the first
-        offending entry ("device" when ``size`` is given).
+        infinite (unless ``allow_inf``), below ``low`` or above a finite ``high``. The message
+        names the first offending entry ("device" when ``size`` is given).
     """
     want = "a number or an array of " + ("numbers" if size is None else f"{size} numbers")
     try:
@@ -212,9 +213,12 @@ def check_array(
         raise ValueError(f"{field} must be {want}, got {_fmt(values)}") from exc
     bad = np.isnan(arr) | (arr < low) | (low_open & (arr == low))
     bad |= np.isinf(arr) & ~(allow_inf & (arr > 0))
+    bad |= np.isfinite(arr) & (arr > high)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         bound = ("> " if low_open else ">= ") + f"{low:g}"
+        if high < math.inf:
+            bound += f" and <= {high:g}"
         inf = " (inf allowed)" if allow_inf else ", finite"
         entry = "device" if size is not None else "entry"
         raise ValueError(f"{field} must be {bound}{inf}; {entry} {i} has {arr[i]!r}")

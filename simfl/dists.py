@@ -27,6 +27,15 @@ and raises a ``ValueError`` naming the field, its value and the valid range othe
 float for the work multiplier, the download and upload added to the compute time, and the clock
 the job's duration is added to, so sums of durations stay finite in any practical run.
 
+Transfers obey the same bound. A transfer of ``S`` bytes over a link of bandwidth ``B`` and
+latency ``L`` takes ``S / B + L`` seconds. A payload is at most :data:`MAX_BYTES` (``2**63 - 1``,
+the range of :class:`simfl.network.Payload`), whatever the algorithm and its state, so every
+link's bandwidth must be at least :data:`MIN_BANDWIDTH` = ``MAX_BYTES / MAX_DRAW`` (about
+``9.2e-282`` bytes/s: any payload crosses it in at most ``MAX_DRAW`` seconds) and its latency
+at most ``MAX_DRAW``. The fleet's link columns, :class:`simfl.Profile` and every
+:class:`simfl.network.Network` check this at construction (a bound that needs no payload, which
+is only known once the run has built the algorithm's state).
+
 :attr:`~Dist.mean` and :attr:`~Dist.var` never raise ``OverflowError``. The variance is
 ``inf`` where it does not exist (:class:`Pareto` with ``shape <= 2``) or where its exact value
 exceeds the float range although the draws are finite (e.g. ``Exponential(1e200)``, whose
@@ -48,7 +57,9 @@ from simfl._checks import check_array, check_real
 from simfl.rng import UNIFORM_MAX
 
 __all__ = [
+    "MAX_BYTES",
     "MAX_DRAW",
+    "MIN_BANDWIDTH",
     "Constant",
     "Dist",
     "Empirical",
@@ -64,6 +75,10 @@ FloatArray = NDArray[np.float64]
 #: The largest duration (seconds, or seconds per unit of work) a distribution may draw, and the
 #: largest draw times a device's scale a :class:`simfl.Fleet` accepts (see the module docstring).
 MAX_DRAW = 1e300
+#: The most bytes one transfer carries (the int64 range of a payload).
+MAX_BYTES = 2**63 - 1
+#: The smallest link bandwidth (bytes/s): :data:`MAX_BYTES` cross it in :data:`MAX_DRAW` s.
+MIN_BANDWIDTH = MAX_BYTES / MAX_DRAW
 _LOG_MAX_DRAW = math.log(MAX_DRAW)
 _LOG_FLOAT_MAX = math.log(np.finfo(np.float64).max)
 #: ``-log(1 - UNIFORM_MAX)`` = 53 ln 2: the largest draw of a unit exponential in simfl.

@@ -1,5 +1,6 @@
 """FedAT: synchronous rounds within tiers, asynchronous across tiers (the semi-async loop)."""
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -10,6 +11,7 @@ import pytest
 from simfl import Fleet, Profile, Scenario, algorithms, dists, policies, run, tasks
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.algorithms.mixing import GroupMix
+from simfl.fleet import Availability
 from simfl.network import Payload
 
 
@@ -85,12 +87,14 @@ def test_tiers_from_reported_times_fastest_first():
 
 def test_the_mix_by_hand():
     # fast tier (devices 0, 1: +1, 1 s rounds), slow tier (devices 2, 3: +10, 2.4 s rounds).
-    # t=1: fast model 0+1 = 1, counts (1, 0): weights reversed (0, 1) -> x = slow's initial 0
-    # t=2: fast from 0 -> 1, counts (2, 0) -> x = 0
-    # t=2.4: slow from version 0 (x=0) -> 10, counts (2, 1): weights (1/3, 2/3) -> 1/3 + 20/3 = 7
-    # t=3: fast from x=0 (its round started at t=2) -> 1, counts (3, 1): (1/4, 3/4) -> 7.75
-    # t=4: fast from 7.75 -> 8.75, counts (4, 1): (1/5, 4/5) -> 1.75 + 8 = 9.75
-    expected = [0.0, 0.0, 7.0, 7.75, 9.75]
+    # Until a tier completes a round it weighs nothing (it has sent no model yet):
+    # t=1: fast model 0+1 = 1, counts (1, 0): only the fast tier has reported -> x = 1
+    # t=2: fast from 1 -> 2, counts (2, 0) -> x = 2
+    # t=2.4: slow from version 0 (x=0) -> 10, counts (2, 1): weights reversed (1/3, 2/3)
+    #        -> 2/3 + 20/3 = 22/3
+    # t=3: fast from x=2 (its round started at t=2) -> 3, counts (3, 1): (1/4, 3/4) -> 8.25
+    # t=4: fast from 8.25 -> 9.25, counts (4, 1): (1/5, 4/5) -> 1.85 + 8 = 9.85
+    expected = [1.0, 2.0, 22 / 3, 8.25, 9.85]
     for n, x in enumerate(expected, start=1):
         res = run(toy_scenario(n), progress=False)
         assert res.state == pytest.approx(x, rel=1e-15), n
@@ -121,6 +125,77 @@ def test_weightings():
     np.testing.assert_allclose(eq, [1 / 3] * 3)
     mix = GroupMix(np.array([0.25, 0.75])).apply([{"x": np.array([4.0])}, {"x": np.array([8.0])}])
     np.testing.assert_array_equal(mix["x"], [7.0])
+
+
+def test_tiers_that_have_not_reported_weigh_nothing():
+    # tiers 1 and 3 have completed no round: the paper's reversed counts run over tiers 0 and 2
+    state = policies.FedATState(tiers=(np.array([0]),) * 4, counts=(5, 0, 2, 0), started=(5,) * 4)
+    np.testing.assert_allclose(
+        policies.FedAT(tiers=4).mixer(state, 0).weights, [2 / 8, 0, 6 / 8, 0]
+    )
+    upd = policies.FedAT(tiers=4, weighting="updates").mixer(state, 0).weights
+    np.testing.assert_allclose(upd, [6 / 8, 0, 2 / 8, 0])
+    eq = policies.FedAT(tiers=4, weighting="equal").mixer(state, 3).weights
+    np.testing.assert_allclose(eq, [1 / 3, 0, 1 / 3, 1 / 3])
+    # the first round of the run: the tier that completed it takes all the weight
+    first = policies.FedATState(tiers=(np.array([0]),) * 3, counts=(0, 0, 0), started=(1, 0, 0))
+    for weighting in ("fedat", "updates", "equal"):
+        weights = policies.FedAT(tiers=3, weighting=weighting).mixer(first, 0).weights
+        np.testing.assert_array_equal(weights, [1.0, 0.0, 0.0])
+
+
+def silent_slow_tier(how: str, n: int, work: float) -> tuple[Fleet, policies.FedAT]:
+    """Two tiers of ``n`` devices (jobs of ``work`` units: 1 s and 2.4 s a unit) and FedAT.
+
+    The slow tier never completes a round: ``how="late"``, its jobs miss the tiers' deadline
+    (2 s a unit); ``"offline"``, its devices are never online.
+    """
+    slow = Profile(compute=dists.Constant(2.4))
+    fleet = Fleet.tiers((n, Profile(compute=dists.Constant(1.0))), (n, slow))
+    if how == "offline":
+        always: list[tuple[float, float]] = [(0.0, math.inf)]
+        fleet = fleet.with_availability(Availability([always] * n + [[]] * n), "pause")
+    deadline = 2.0 * work if how == "late" else None
+    return fleet, policies.FedAT(tiers=2, deadline=deadline)
+
+
+@pytest.mark.parametrize("how", ["late", "offline"])
+def test_a_tier_that_never_reports_does_not_freeze_the_model(how):
+    # before: the silent tier took all the weight (reversed counts (k, 0) -> (0, 1)), so the
+    # global model stayed at its initial value while the fast tier's updates arrived
+    fleet, policy = silent_slow_tier(how, 2, 1.0)
+    sc = Scenario(
+        task=None,
+        algorithm=Toy(gain=(1.0, 1.0, 10.0, 10.0)),
+        fleet=fleet,
+        policy=policy,
+        rounds=15 if how == "late" else 10,  # late: the slow tier closes a round every 2 s
+        seed=0,
+    )
+    res = run(sc, progress=False)
+    ok = res.rounds[res.rounds["status"] == "ok"]
+    assert (ok["stage"] == 0).all() and len(ok) == 10  # only the fast tier reports
+    assert res.state == pytest.approx(10.0)  # each fast round adds 1 to the model it started from
+
+
+@pytest.mark.parametrize("how", ["late", "offline"])
+def test_fedat_learns_with_a_tier_that_never_reports(how):
+    fleet, policy = silent_slow_tier(how, 5, 5.0)
+    sc = Scenario(
+        task=tasks.LinearRepresentation(d=8, k=2, samples_per_client=20, noise_std=0.1),
+        algorithm=algorithms.FedAvg(step_size=0.1, local_steps=5),  # 5 units of work a job
+        fleet=fleet,
+        policy=policy,
+        rounds=30,
+        seed=0,
+    )
+    res = run(sc, progress=False)
+    assert res.ok and res.rounds["n_arrived"].sum() > 0
+    # before: every evaluated distance equal to the initial one (0.99983)
+    initial = res.meta["initial_metrics"]["distance"]
+    distance = res.rounds.loc[res.rounds["n_arrived"] > 0, "distance"].to_numpy()
+    assert (distance != initial).all()
+    assert distance[-1] < 0.6 * initial
 
 
 def test_one_tier_is_wait_all():

@@ -221,7 +221,7 @@ def test_fleet_groups_default_to_tiers_and_survive_joins():
             lambda: Fleet.homogeneous(3, dists.Constant(1.0)).with_groups(["a", "", "b"]),
             "non-empty strings",
         ),
-        (lambda: Energy(per_work=-1.0), r"Energy.per_work must be in \[0, inf\)"),
+        (lambda: Energy(per_work=-1.0), r"Energy.per_work must be in \[0, 1e\+07\], got -1"),
         (lambda: Energy(idle_power=math.nan), "Energy.idle_power"),
         (lambda: Energy(per_byte_up=math.inf), "Energy.per_byte_up must be finite"),
         (

@@ -8,8 +8,12 @@ Every run of a timing-only scenario must end, with everything it did recorded:
    (the jobs still paused are recorded ``cancelled``).
 2. *stalled*: a run stopped by ``max_time`` only stops as ``"stalled"`` after
    :data:`STALL_ROUNDS` consecutive rounds in which nothing arrived or the clock advanced by less
-   than :data:`STALL_FRACTION` times ``max_time``, or at once when a round leaves the clock
-   where it was (``max_time`` would never be reached otherwise).
+   than :data:`STALL_FRACTION` times ``max_time``, or at once when a synchronous round leaves
+   the clock where it was (``max_time`` would never be reached otherwise); it says so in
+   ``meta["warnings"]`` when updates still arrived. A run with a ``rounds`` limit stalls only
+   on :data:`STALL_ROUNDS` aggregations in a row that applied nothing: an aggregation that
+   applied updates is progress, however little it moved the clock, so its stop reason and rows
+   do not depend on ``max_time`` beyond the time it ends (a property test).
 3. durations that would overflow are refused when the fleet is built (see
    :mod:`simfl.dists`), so a run never sees an infinite duration.
 4. a property test over random, pathological, timing-only scenarios: ``simfl.run`` returns, the
@@ -24,6 +28,7 @@ test failure.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 from collections.abc import Iterator
@@ -330,6 +335,87 @@ def test_a_round_that_leaves_the_clock_where_it_was_stops_the_run_at_once(policy
     assert len(res.rounds) == 1 and res.meta["sim_time"] == 0.0
 
 
+# ---------------------------------------------------------------- 2b. progress, not clock movement
+@pytest.mark.parametrize(
+    ("fleet", "policy", "rounds"),
+    [
+        # 10,000 jobs in flight: an aggregation every ~1e-4 s
+        pytest.param(
+            lambda: Fleet.homogeneous(20_000, dists.Exponential(1.0)),
+            policies.FedAsync(concurrency=10_000),
+            3000,
+            id="fedasync-10000",
+        ),
+        pytest.param(
+            lambda: Fleet.homogeneous(10, dists.Exponential(1.0)),
+            policies.FedAsync(concurrency=10),
+            1500,
+            id="fedasync-10",
+        ),
+        pytest.param(
+            lambda: Fleet.homogeneous(10, dists.Exponential(1.0)),
+            policies.FedBuff(buffer_size=2, concurrency=10),
+            1500,
+            id="fedbuff-10",
+        ),
+        pytest.param(
+            lambda: Fleet.homogeneous(10, dists.Exponential(1e-4)),
+            policies.FastestK(k=3),
+            1200,
+            id="fastest-k-tiny-jobs",
+        ),
+    ],
+)
+@pytest.mark.parametrize("max_time", [1e6, 1e9])
+def test_a_large_time_budget_does_not_stall_a_run_whose_updates_arrive(
+    fleet, policy, rounds, max_time
+):
+    # each aggregation applies updates but moves the clock by less than 1e-9 x max_time: before,
+    # the run stopped "stalled" after 1000 of them, while a smaller budget let it complete
+    sc = timing(fleet(), policy, rounds=rounds, max_time=max_time)
+    res = run_guarded(sc)
+    check_rows(res, sc)
+    assert res.meta["stop_reason"] == "rounds" and len(res.rounds) == rounds
+    assert res.meta["warnings"] == []
+    same = run_guarded(dataclasses.replace(sc, max_time=None))
+    pd.testing.assert_frame_equal(res.rounds, same.rounds)
+    pd.testing.assert_frame_equal(res.clients, same.clients)
+
+
+def test_asynchronous_arrivals_at_one_instant_do_not_stall_a_time_limited_run():
+    # five jobs of 1 s end together: four aggregations leave the clock where it was, an
+    # ordinary thing for asynchronous arrivals (before: stalled after 2 rows)
+    sc = timing(
+        Fleet.homogeneous(5, dists.Constant(1.0)), policies.FedAsync(concurrency=5), max_time=100.0
+    )
+    res = run_guarded(sc)
+    check_rows(res, sc)
+    assert res.meta["stop_reason"] == "max_time" and res.meta["sim_time"] == 100.0
+    assert len(res.rounds) == 5 * 99  # five arrivals at each of t = 1, ..., 99 s
+    assert res.meta["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    "policy", [policies.WaitAll(), policies.FedAsync(concurrency=3)], ids=["wait-all", "fedasync"]
+)
+def test_a_time_limited_run_stalled_by_the_clock_says_so(policy):
+    # every round applies updates and lasts 1e-300 s: max_time = 100 s is 1e302 rounds away
+    sc = timing(Fleet.homogeneous(5, dists.Constant(1e-300)), policy, max_time=MAX_TIME)
+    res = run_guarded(sc)
+    check_stalled(res, sc)
+    assert (res.rounds["n_arrived"] > 0).all()
+    (warning,) = res.meta["warnings"]
+    assert warning.startswith("stalled although updates arrived") and "rounds limit" in warning
+    assert "warning    stalled although updates arrived" in res.summary()
+
+
+def test_a_stall_where_nothing_arrives_adds_no_clock_warning():
+    sc = timing(STALLING_FLEETS["dropout-1e6"], policies.WaitAll(), max_time=MAX_TIME)
+    res = run_guarded(sc)
+    check_stalled(res, sc)
+    assert not [w for w in res.meta["warnings"] if w.startswith("stalled")]
+
+
 # ---------------------------------------------------------------- 3. overflowing durations
 @pytest.mark.parametrize(
     ("fleet", "field"),
@@ -526,3 +612,40 @@ def test_every_ordinary_timing_run_ends_with_its_rows(case):
 @given(timing_scenarios(pathological=True))
 def test_every_pathological_timing_run_ends_with_its_rows(case):
     check_property(*case)
+
+
+@st.composite
+def rounds_scenarios(draw: st.DrawFn) -> Scenario:
+    """A scenario of :func:`timing_scenarios` ended by ``rounds`` (and no ``max_time``).
+
+    Half of them play just over :data:`STALL_ROUNDS` aggregations, so that a stall rule
+    looking at the clock would have had the time to fire.
+    """
+    sc, stop = draw(timing_scenarios(pathological=True))
+    assume(stop == "rounds")
+    if draw(st.booleans()):
+        sc = dataclasses.replace(sc, rounds=draw(st.integers(STALL_ROUNDS, STALL_ROUNDS + 50)))
+    return sc
+
+
+@settings(PROPERTY_SETTINGS, max_examples=20)
+@given(rounds_scenarios())
+def test_a_rounds_run_does_not_depend_on_max_time_beyond_its_end(sc):
+    # a run that ends at time T by a rule other than max_time ends the same way, with the same
+    # rows, under any budget beyond T
+    res = run_guarded(sc)
+    check_rows(res, sc)
+    end, reason = res.meta["sim_time"], res.meta["stop_reason"]
+    assert reason != "max_time"
+    for budget in (2.0 * end, 1e6, 1e9, 1e300):
+        try:  # a budget beyond the horizon of the fleet's availability is refused
+            longer = dataclasses.replace(sc, max_time=budget)
+        except ValueError:
+            continue
+        if not end < budget < math.inf:
+            continue
+        again = run_guarded(longer)
+        assert again.meta["stop_reason"] == reason, f"max_time={budget:g}"
+        assert again.meta["sim_time"] == end
+        pd.testing.assert_frame_equal(again.rounds, res.rounds)
+        pd.testing.assert_frame_equal(again.clients, res.clients)

@@ -3,12 +3,15 @@
 import dataclasses
 import math
 
+import networkx as nx
 import numpy as np
 import pytest
 
-from simfl import Fleet, Scenario, Target, algorithms, dists, policies, run, tasks
+from simfl import Fleet, Profile, Scenario, Target, algorithms, dists, policies, run, tasks
+from simfl.dists import MAX_BYTES, MAX_DRAW, MIN_BANDWIDTH
 from simfl.fleet import Availability
-from simfl.network import Network
+from simfl.fleet.energy import MAX_RATE, Energy
+from simfl.network import Network, transfer_seconds
 
 TASK = tasks.LinearRepresentation(d=20, k=2, samples_per_client=10)
 FLEET = Fleet.homogeneous(100, compute=dists.Exponential(mean=1.0))
@@ -275,3 +278,133 @@ def test_availability_generators_below_the_cap_still_work():
 def test_availability_intervals_are_numbers(intervals, message):
     with pytest.raises(ValueError, match=message):
         Availability(intervals)
+
+
+# ---------------------------------------------------------------- links and energy, before the run
+def graph_network(**attrs):
+    """``Network.from_graph`` of a star: devices 0 and 1 on ``attrs`` links to the server."""
+    graph = nx.Graph()
+    graph.add_edge("server", 0, **attrs)
+    graph.add_edge("server", 1, bandwidth=1e6, latency=0.01)
+    return Network.from_graph(graph)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        (
+            {"bandwidth": 0},
+            r"network link server-0 bandwidth must be in \[9\.2.*e-282, inf\], got 0",
+        ),
+        ({"bandwidth": math.nan}, r"network link server-0 bandwidth .*got NaN"),
+        ({"bandwidth": "fast"}, r"network link server-0 bandwidth .*got 'fast'"),
+        ({"up": 0.0}, r"network link server-0 up bandwidth must be in"),
+        ({"down": -5.0}, r"network link server-0 down bandwidth must be in"),
+        ({"latency": -1}, r"network link server-0 latency must be in \[0, 1e\+300\], got -1"),
+        ({"latency": math.nan}, r"network link server-0 latency .*got NaN"),
+        ({"latency": math.inf}, r"network link server-0 latency must be finite"),
+        ({"up": 1e-307}, r"network link server-0 up bandwidth .*got 1e-307"),
+    ],
+    ids=lambda x: repr(x) if isinstance(x, dict) else "",
+)
+def test_graph_link_attributes_are_checked_when_the_network_is_built(attrs, message):
+    # before: Scenario() accepted them and simfl.run failed
+    with pytest.raises(ValueError, match=message):
+        graph_network(**attrs)
+
+
+def test_a_multigraph_is_refused_naming_its_parallel_links():
+    # before: "not enough values to unpack" in simfl.run
+    graph = nx.MultiGraph()
+    graph.add_edge("server", 0, bandwidth=1e6)
+    graph.add_edge("server", 0, bandwidth=2e6)
+    graph.add_edge("server", 1, bandwidth=1e6)
+    with pytest.raises(ValueError, match=r"MultiGraph: nodes 'server' and 0 have 2 links"):
+        Network.from_graph(graph)
+
+
+def test_a_directed_graph_is_refused():
+    graph = nx.DiGraph()
+    graph.add_edge("server", 0)
+    with pytest.raises(ValueError, match="undirected networkx Graph"):
+        Network.from_graph(graph)
+
+
+def test_a_valid_graph_network_still_runs():
+    sc = timing(fleet=Fleet.homogeneous(2, dists.Exponential(1.0)), network=graph_network(up=1e3))()
+    res = run(sc, progress=False)
+    assert res.ok and len(res.rounds) == sc.rounds
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        # a 48-byte upload over 1e-307 bytes/s would take 4.8e308 s (before: the run ended
+        # "error" with 0 rows)
+        (
+            lambda: Fleet.homogeneous(3, dists.Exponential(1.0), bandwidth_up=1e-307),
+            r"Fleet\.bandwidth_up must be >= 9\.2.*e-282",
+        ),
+        (
+            lambda: Fleet.homogeneous(3, dists.Exponential(1.0), bandwidth_down=1e-300),
+            r"Fleet\.bandwidth_down must be >= .*device 0 has",
+        ),
+        (
+            lambda: Fleet.homogeneous(3, dists.Exponential(1.0), latency=1e301),
+            r"Fleet\.latency must be >= 0 and <= 1e\+300",
+        ),
+        (lambda: Profile(dists.Exponential(1.0), bandwidth_up=1e-300), r"Profile\.bandwidth_up"),
+        (lambda: Profile(dists.Exponential(1.0), latency=1e305), r"Profile\.latency"),
+        (lambda: Network.star(server_up=1e-290), r"Network\.server_up"),
+        (lambda: Network.star(server_latency=1e305), r"Network\.server_latency"),
+        (lambda: Network.hierarchical([0, 0], edge_down=1e-290), r"Network\.edge_down"),
+    ],
+    ids=[
+        "fleet-up",
+        "fleet-down",
+        "fleet-latency",
+        "profile-up",
+        "profile-latency",
+        "star-up",
+        "star-latency",
+        "edge-down",
+    ],
+)
+def test_transfers_that_would_overflow_are_refused_at_construction(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_the_slowest_accepted_link_moves_the_largest_payload_in_finite_time():
+    seconds = transfer_seconds(MAX_BYTES, MIN_BANDWIDTH, MAX_DRAW)
+    assert math.isfinite(float(seconds)) and float(seconds) <= 2.0 * MAX_DRAW
+    Fleet.homogeneous(2, dists.Exponential(1.0), bandwidth_up=MIN_BANDWIDTH)  # accepted
+
+
+@pytest.mark.parametrize(
+    ("energy", "message"),
+    [
+        (lambda: Energy(per_work=1e308), r"Energy\.per_work must be in \[0, 1e\+07\], got 1e\+308"),
+        (lambda: Energy(idle_power=1e300), r"Energy\.idle_power must be in \[0, 1e\+07\]"),
+        (lambda: Energy(per_byte_up=math.inf), r"Energy\.per_byte_up must be finite"),
+        (
+            lambda: np.array([[0.0, 0.0, 0.0, 1.0], [1e200, 0.0, 0.0, 0.0]]),
+            r"Fleet\.energy values must be in \[0, 1e\+07\].*device 1 has per_work = 1e\+200",
+        ),
+    ],
+    ids=["per-work", "idle-power", "inf", "table"],
+)
+def test_energy_that_would_overflow_is_refused_before_the_run(energy, message):
+    # before: Energy(per_work=1e308) ran with status ok and recorded inf joules
+    with pytest.raises(ValueError, match=message):
+        Fleet.homogeneous(2, dists.Exponential(1.0)).with_energy(energy())
+
+
+def test_the_largest_energy_rates_give_finite_joules():
+    top = Energy(
+        per_work=MAX_RATE, per_byte_down=MAX_RATE, per_byte_up=MAX_RATE, idle_power=MAX_RATE
+    )
+    fleet = Fleet.homogeneous(3, dists.Exponential(1e3)).with_energy(top)
+    res = run(timing(fleet=fleet, rounds=3)(), progress=False)
+    assert res.ok and np.isfinite(res.clients["energy"]).all()
+    assert (res.clients["energy"] > 0).all()

@@ -67,6 +67,9 @@ def run(
     to then are kept. ``meta["status"]`` is ``ok`` unless the run ``diverged`` (a non-finite
     update or metric: that round's ``status`` is ``diverged`` too), failed (``error``) or was
     ``interrupted``; :attr:`Results.ok <simfl.results.Results.ok>` is true only for ``ok``.
+    ``meta["warnings"]`` lists what an ``ok`` run found worth a word: a stall although updates
+    arrived (see :mod:`simfl.engine.context`), more than half of its rounds empty
+    (``meta["empty_rounds"]`` of ``meta["n_rounds"]``).
 
     Parameters
     ----------
@@ -154,6 +157,7 @@ def run(
         "host_seconds": time.perf_counter() - started,
         "simfl_version": simfl_version(),
         "groups": encode_groups(*scenario.fleet.device_groups()),
+        "warnings": list(ctx.warnings),
     }
     if client_metrics is not None:
         meta["client_metrics"] = client_metrics

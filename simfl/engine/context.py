@@ -13,11 +13,24 @@ failed aggregation (checked after each aggregation), the stall rule (below), ``o
 device will ever be online again) and ``max_time`` (the clock reaches the budget; see
 :func:`simfl.engine.run`).
 
-Stall rule: a run stops as ``stalled`` after :data:`STALL_ROUNDS` aggregations in a row that
-were *idle* (nothing arrived, or the clock advanced by less than :data:`STALL_SHARE` times
-``max_time``), or at once when an aggregation leaves the clock where it was and only
-``max_time`` could end the run. Such a run would otherwise loop for ever, or for more rounds
-than any host could play, without the model changing.
+Stall rule: an aggregation is *idle* when it applied no update; a run stops as ``stalled``
+after :data:`STALL_ROUNDS` idle aggregations in a row. An aggregation that applied updates
+changed the model, so it is never idle, however little it moved the clock: a run limited by
+``rounds`` never depends on ``max_time`` beyond the time it ends (the same stop reason and the
+same rows under any larger budget). Such a run is finite whatever happens: every aggregation,
+idle or not, counts towards ``rounds``.
+
+A run without ``rounds`` is ended only by the clock reaching ``max_time`` (or by ``target``,
+``offline``, a failure), so the rule must also see a clock that cannot get there. Then an
+aggregation is also idle when it advances the clock by less than :data:`STALL_SHARE` times
+``max_time`` (at that pace the budget is more than ``1 / STALL_SHARE`` aggregations away, more
+than any host plays), and a synchronous round that leaves the clock where it was stops the run
+at once (every round after it would too: the budget is never reached). Asynchronous arrivals
+may share an instant (jobs of equal durations), so there a zero advance is an ordinary idle
+aggregation. A run stopped by this clock rule says so in ``meta["warnings"]``, with the advice
+to give it ``rounds``. Every run therefore ends: by ``rounds``, or by ``max_time`` after at most
+``STALL_ROUNDS / STALL_SHARE`` non-idle aggregations (each one moves the clock by
+``STALL_SHARE * max_time``) with fewer than ``STALL_ROUNDS`` idle ones between them.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from simfl.fleet import AvailabilityCursor
 from simfl.fleet.energy import job_energy
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, DROPPED
+from simfl.policies.base import AsyncPolicy
 from simfl.results import Recorder
 from simfl.rng import Streams
 from simfl.scenario import Scenario
@@ -58,7 +72,8 @@ _TIME_BAR = "{l_bar}{bar}| {n:.4g}/{total:.4g} simulated s [{elapsed}<{remaining
 UPDATE_SLICE = 512
 #: Idle aggregations in a row after which a run stops as ``stalled``.
 STALL_ROUNDS = 1000
-#: An aggregation advancing the clock by less than this share of ``max_time`` is idle.
+#: In a run without ``rounds``, an aggregation advancing the clock by less than this share of
+#: ``max_time`` is idle.
 STALL_SHARE = 1e-9
 
 
@@ -98,6 +113,7 @@ class RunContext:
         self.stop_reason: str | None = None
         self.error: str | None = None
         self.idle_rounds = 0
+        self._slow_rounds = 0  # idle rounds of the current stretch that applied updates
         self.bar = _bar(scenario, progress is True)
         #: Told the share of the run done after every aggregation (``run(progress=callable)``).
         self.report: Callable[[float], None] | None = (
@@ -107,8 +123,12 @@ class RunContext:
         #: whether a bar or a callable follows the aggregations
         self.shows_progress = not self.bar.disable or self.report is not None
         self._max_rounds = math.inf if scenario.rounds is None else float(scenario.rounds)
-        #: whether the stall rule looks at the time an aggregation advances the clock
-        self._time_rules = scenario.rounds is None or scenario.max_time is not None
+        #: whether the stall rule looks at the clock (only ``max_time`` ends the run)
+        self._clock_rules = scenario.rounds is None
+        #: whether aggregations may share an instant (asynchronous arrivals)
+        self._simultaneous = isinstance(scenario.policy, AsyncPolicy)
+        #: What the run found worth a word (``meta["warnings"]``).
+        self.warnings: list[str] = []
         fleet = scenario.fleet
         #: availability queries (None: every device always online)
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
@@ -390,32 +410,55 @@ class RunContext:
     def count_aggregation(self, n_arrived: int, advance: float) -> None:
         """One more aggregation: the ``rounds`` and stall rules (see the module docstring).
 
-        ``advance``: the simulated seconds since the previous aggregation. A loop that records
-        its aggregations itself calls this (and :meth:`show_progress` where
-        :attr:`shows_progress`) instead of :meth:`end_aggregation`.
+        ``n_arrived``: the updates it applied. ``advance``: the simulated seconds since the
+        previous aggregation. A loop that records its aggregations itself calls this (and
+        :meth:`show_progress` where :attr:`shows_progress`) instead of :meth:`end_aggregation`.
         """
         self.round += 1
         if self.round >= self._max_rounds:
             self.stop("rounds")
-        if n_arrived and not self._time_rules:  # not idle: the common case, nothing to check
+        if n_arrived and not self._clock_rules:  # not idle: the common case, nothing to check
             self.idle_rounds = 0
             return
-        sc = self.scenario
-        if sc.rounds is None and advance == 0:
-            self.stop("stalled")  # the clock cannot advance: max_time would never be reached
-        idle = n_arrived == 0 or (sc.max_time is not None and advance < STALL_SHARE * sc.max_time)
-        self.idle_rounds = self.idle_rounds + 1 if idle else 0
+        idle = n_arrived == 0
+        if self._clock_rules:  # only max_time ends the run: the clock must get there
+            budget = self.scenario.max_time
+            assert budget is not None  # a Scenario without rounds has a max_time
+            if advance == 0 and not self._simultaneous:
+                self._stall(bool(n_arrived), "a synchronous round took no time")
+            slow = advance < STALL_SHARE * budget
+            if slow and not idle:
+                self._slow_rounds += 1  # idle by the clock alone
+            idle = idle or slow
+        if not idle:
+            self.idle_rounds = self._slow_rounds = 0
+            return
+        self.idle_rounds += 1
         if self.idle_rounds >= STALL_ROUNDS:
-            self.stop("stalled")
+            self._stall(
+                self._slow_rounds > 0,
+                f"{self._slow_rounds} of the last {STALL_ROUNDS} aggregations applied updates "
+                f"but advanced the clock by less than {STALL_SHARE:g} x max_time",
+            )
+
+    def _stall(self, by_clock: bool, why: str) -> None:
+        """Stop as ``stalled``; ``by_clock``: updates arrived (a warning says why it stopped)."""
+        if by_clock and self.stop_reason is None:
+            self.warnings.append(
+                f"stalled although updates arrived: {why}, so max_time "
+                f"({self.scenario.max_time:g} s) cannot be reached in a number of aggregations "
+                f"a host can play; give the scenario a rounds limit to run on"
+            )
+        self.stop("stalled")
 
     def quiet_aggregations(self) -> int:
         """How many more aggregations, each applying an update, cannot fire a stop rule.
 
         A loop may count them in one step (:meth:`count_quiet`) instead of calling
         :meth:`count_aggregation` for each: the rules' state ends the same. None where the
-        stall rule looks at the clock (no ``rounds``, or a ``max_time``) or progress is shown.
+        stall rule looks at the clock (no ``rounds``) or progress is shown.
         """
-        if self._time_rules or self.shows_progress:
+        if self._clock_rules or self.shows_progress:
             return 0
         return max(int(self._max_rounds) - self.round - 1, 0)
 
@@ -423,7 +466,7 @@ class RunContext:
         """Count ``k`` aggregations that :meth:`quiet_aggregations` allowed."""
         if k:
             self.round += k
-            self.idle_rounds = 0
+            self.idle_rounds = self._slow_rounds = 0
 
     # ----------------------------------------------------------------- progress
     def done(self) -> float:

@@ -47,7 +47,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import MAX_DEVICES, check_array, check_choice, check_int, check_real, check_str
-from simfl.dists import MAX_DRAW, Dist
+from simfl.dists import MAX_DRAW, MIN_BANDWIDTH, Dist
 from simfl.fleet.availability import Availability
 from simfl.fleet.energy import ENERGY_FIELDS, Energy, EnergySpec, energy_table
 from simfl.rng import Streams
@@ -69,9 +69,11 @@ class Profile:
     compute
         Distribution of the compute time per unit of work, in seconds.
     bandwidth_down, bandwidth_up
-        Link bandwidth in bytes per second (> 0; ``inf`` means transfers cost only latency).
+        Link bandwidth in bytes per second (at least :data:`simfl.dists.MIN_BANDWIDTH`, about
+        ``9.2e-282``, so that any payload crosses in finite time; ``inf`` means transfers cost
+        only latency).
     latency
-        Seconds added to every transfer (>= 0).
+        Seconds added to every transfer (>= 0, at most :data:`simfl.dists.MAX_DRAW`).
     dropout_rate
         Failure hazard per busy second (>= 0): a job of length L survives with probability
         ``exp(-dropout_rate * L)``.
@@ -101,9 +103,10 @@ class Profile:
                 f"Profile.compute must be a simfl.dists distribution, got {self.compute!r}"
             )
         for f in ("bandwidth_down", "bandwidth_up"):
-            v = check_real(f"Profile.{f}", getattr(self, f), low=0.0, low_open=True, allow_inf=True)
+            v = check_real(f"Profile.{f}", getattr(self, f), low=MIN_BANDWIDTH, allow_inf=True)
             object.__setattr__(self, f, v)
-        object.__setattr__(self, "latency", check_real("Profile.latency", self.latency, low=0.0))
+        latency = check_real("Profile.latency", self.latency, low=0.0, high=MAX_DRAW)
+        object.__setattr__(self, "latency", latency)
         object.__setattr__(
             self, "dropout_rate", check_real("Profile.dropout_rate", self.dropout_rate, low=0.0)
         )
@@ -208,12 +211,12 @@ def _check_links(
     """The per-device link and failure columns of ``n`` devices, validated."""
     return {
         "bandwidth_down": check_array(
-            "Fleet.bandwidth_down", bandwidth_down, size=n, low=0.0, low_open=True, allow_inf=True
+            "Fleet.bandwidth_down", bandwidth_down, size=n, low=MIN_BANDWIDTH, allow_inf=True
         ),
         "bandwidth_up": check_array(
-            "Fleet.bandwidth_up", bandwidth_up, size=n, low=0.0, low_open=True, allow_inf=True
+            "Fleet.bandwidth_up", bandwidth_up, size=n, low=MIN_BANDWIDTH, allow_inf=True
         ),
-        "latency": check_array("Fleet.latency", latency, size=n, low=0.0),
+        "latency": check_array("Fleet.latency", latency, size=n, low=0.0, high=MAX_DRAW),
         "dropout_rate": check_array("Fleet.dropout_rate", dropout_rate, size=n, low=0.0),
     }
 

@@ -20,6 +20,17 @@ run record the energy of each job in ``Results.clients`` (:data:`ENERGY_COLUMNS`
     their sum, in joules.
 
 Fleets without an energy model record none of these columns, so their results are unchanged.
+
+Finite joules: every field of :class:`Energy` is at most :data:`MAX_RATE` = ``1e7``, by the
+reasoning that bounds durations (:data:`simfl.dists.MAX_DRAW`). The quantities they multiply are
+bounded already: bytes by :data:`simfl.dists.MAX_BYTES` (about ``9.2e18``), an idle wait by the
+job that closes its round (a download, a compute and an upload, each at most ``MAX_DRAW``:
+``3e300`` s). So the transfer terms stay below ``1e26`` J and the idle term below
+``1e7 * 3e300 = 3e307`` J, a factor 6 below the largest float for the sum of a job's terms.
+The compute term is ``per_work`` times the algorithm's work units (known only once a run has
+built its state): it stays finite for any work below ``1.8e301`` units a job. A larger field
+would let a run report ``inf`` joules while its status is ``ok``; ``1e7`` W or J is beyond any
+device (10 MW; 2.8 kWh per unit of work).
 """
 
 from __future__ import annotations
@@ -32,17 +43,28 @@ from numpy.typing import NDArray
 
 from simfl._checks import check_real
 
-__all__ = ["ENERGY_COLUMNS", "ENERGY_FIELDS", "Energy", "EnergySpec", "energy_table", "job_energy"]
+__all__ = [
+    "ENERGY_COLUMNS",
+    "ENERGY_FIELDS",
+    "MAX_RATE",
+    "Energy",
+    "EnergySpec",
+    "energy_table",
+    "job_energy",
+]
 
 #: The fields of :class:`Energy`, in the column order of :attr:`simfl.Fleet.energy`.
 ENERGY_FIELDS = ("per_work", "per_byte_down", "per_byte_up", "idle_power")
 #: The columns a run records in ``Results.clients`` when its fleet declares energy.
 ENERGY_COLUMNS = ("energy", "energy_compute", "energy_transfer", "energy_idle")
+#: The largest value of each :class:`Energy` field (J per unit of work, J per byte, W): joules
+#: stay finite (see the module docstring).
+MAX_RATE = 1e7
 
 
 @dataclass(frozen=True)
 class Energy:
-    """The energy model of one kind of device (all >= 0 and finite; 0: free).
+    """The energy model of one kind of device (all in ``[0, MAX_RATE]``; 0: free).
 
     Parameters
     ----------
@@ -69,7 +91,7 @@ class Energy:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = check_real(f"Energy.{f.name}", getattr(self, f.name), low=0.0)
+            value = check_real(f"Energy.{f.name}", getattr(self, f.name), low=0.0, high=MAX_RATE)
             object.__setattr__(self, f.name, value)
 
     def row(self) -> tuple[float, float, float, float]:
@@ -106,8 +128,13 @@ def energy_table(energy: EnergySpec, n: int, field: str) -> NDArray[np.float64]:
                 f"{field} as an array must have shape ({n}, {len(ENERGY_FIELDS)}) (one row of "
                 f"{', '.join(ENERGY_FIELDS)} per device), got {energy.shape}"
             )
-        if not (np.isfinite(table).all() and (table >= 0).all()):
-            raise ValueError(f"{field} values must be finite and >= 0")
+        if not (np.isfinite(table).all() and (table >= 0).all() and (table <= MAX_RATE).all()):
+            row, col = np.argwhere(~((table >= 0) & (table <= MAX_RATE)))[0]
+            value = float(table[row, col])
+            raise ValueError(
+                f"{field} values must be in [0, {MAX_RATE:g}] (simfl.fleet.energy.MAX_RATE: "
+                f"joules stay finite); device {row} has {ENERGY_FIELDS[col]} = {value!r}"
+            )
     else:
         items = list(energy) if isinstance(energy, Sequence) else None
         if items is None or len(items) != n:

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from simfl._checks import check_real
+from simfl.dists import MAX_DRAW, MIN_BANDWIDTH
 
 __all__ = ["SERVER", "Network", "Topology"]
 
@@ -117,13 +118,9 @@ class Network:
         """Private device links to a server whose ingress/egress links all transfers share."""
         return cls(
             "star",
-            server_up=check_real(
-                "Network.server_up", server_up, low=0.0, low_open=True, allow_inf=True
-            ),
-            server_down=check_real(
-                "Network.server_down", server_down, low=0.0, low_open=True, allow_inf=True
-            ),
-            server_latency=check_real("Network.server_latency", server_latency, low=0.0),
+            server_up=_bandwidth("Network.server_up", server_up),
+            server_down=_bandwidth("Network.server_down", server_down),
+            server_latency=_latency("Network.server_latency", server_latency),
         )
 
     @classmethod
@@ -157,20 +154,53 @@ class Network:
             cloud,
             kind="hierarchical",
             groups=g,
-            edge_up=check_real("Network.edge_up", edge_up, low=0.0, low_open=True, allow_inf=True),
-            edge_down=check_real(
-                "Network.edge_down", edge_down, low=0.0, low_open=True, allow_inf=True
-            ),
-            edge_latency=check_real("Network.edge_latency", edge_latency, low=0.0),
+            edge_up=_bandwidth("Network.edge_up", edge_up),
+            edge_down=_bandwidth("Network.edge_down", edge_down),
+            edge_latency=_latency("Network.edge_latency", edge_latency),
         )
 
     @classmethod
     def from_graph(cls, graph: nx.Graph[Any]) -> Network:
-        """Any networkx graph with a ``"server"`` node and the devices ``0..n-1`` as nodes."""
+        """Any networkx graph with a ``"server"`` node and the devices ``0..n-1`` as nodes.
+
+        Every edge's ``latency`` (s) and ``bandwidth``, ``up`` or ``down`` (bytes/s) are
+        checked here, as the fleet's columns are: a bandwidth in ``[MIN_BANDWIDTH, inf]``, a
+        latency in ``[0, MAX_DRAW]`` (see :mod:`simfl.dists`), so that any payload crosses a
+        link in finite time. A multigraph is refused (two links between the same nodes have no
+        single path), and so is a directed graph (a link's two directions are its ``up`` and
+        ``down``).
+
+        Raises
+        ------
+        ValueError
+            Naming the edge, the attribute, its value and the valid range.
+        """
         if not isinstance(graph, nx.Graph):
             raise ValueError(f"Network.from_graph needs a networkx Graph, got {graph!r}")
+        if graph.is_multigraph():
+            parallel = next(
+                ((u, v) for u, v in graph.edges() if graph.number_of_edges(u, v) > 1), None
+            )
+            where = (
+                ""
+                if parallel is None
+                else f": nodes {parallel[0]!r} and {parallel[1]!r} have "
+                f"{graph.number_of_edges(*parallel)} links"
+            )
+            raise ValueError(
+                f"Network.from_graph needs a simple networkx Graph (at most one link between two "
+                f"nodes), got a {type(graph).__name__}{where}; merge parallel links into one "
+                f"edge with its 'bandwidth' (or 'up' and 'down') and 'latency'"
+            )
+        if graph.is_directed():
+            raise ValueError(
+                f"Network.from_graph needs an undirected networkx Graph (give each link's "
+                f"'up' and 'down' bandwidths), got a {type(graph).__name__}"
+            )
         if SERVER not in graph:
             raise ValueError(f"Network.from_graph: the graph needs a {SERVER!r} node")
+        for u, v, attrs in graph.edges(data=True):
+            _check_link(f"network link {u}-{v}", attrs)
         return cls("graph", graph=graph.copy())
 
     def __repr__(self) -> str:
@@ -275,10 +305,11 @@ class Network:
 def _valid_access(down: Array, up: Array, latency: Array) -> bool:
     """Whether every access link passes :func:`_bind`'s checks.
 
-    Positive bandwidths (``inf`` allowed) and finite non-negative latencies.
+    Bandwidths of at least ``MIN_BANDWIDTH`` (``inf`` allowed) and latencies in
+    ``[0, MAX_DRAW]``.
     """
-    finite = np.isfinite(latency) & (latency >= 0)
-    return bool((down > 0).all() and (up > 0).all() and finite.all())
+    finite = np.isfinite(latency) & (latency >= 0) & (latency <= MAX_DRAW)
+    return bool((down >= MIN_BANDWIDTH).all() and (up >= MIN_BANDWIDTH).all() and finite.all())
 
 
 def _tree(net: Network, down: Array, up: Array, latency: Array) -> Topology:
@@ -341,9 +372,35 @@ def _tree(net: Network, down: Array, up: Array, latency: Array) -> Topology:
     )
 
 
+def _bandwidth(field: str, value: Any) -> float:
+    """A link bandwidth (bytes/s) in ``[MIN_BANDWIDTH, inf]`` (see :mod:`simfl.dists`)."""
+    return check_real(field, value, low=MIN_BANDWIDTH, allow_inf=True)
+
+
+def _latency(field: str, value: Any) -> float:
+    """A link latency (s) in ``[0, MAX_DRAW]`` (see :mod:`simfl.dists`)."""
+    return check_real(field, value, low=0.0, high=MAX_DRAW)
+
+
+def _check_link(field: str, attrs: dict[str, Any]) -> None:
+    """Check the attributes of a graph edge ``field`` (``"network link u-v"``) it has.
+
+    ``latency`` in ``[0, MAX_DRAW]`` s; ``bandwidth``, ``up`` and ``down`` in
+    ``[MIN_BANDWIDTH, inf]`` bytes/s: any payload then crosses the link in finite time.
+    """
+    if "latency" in attrs:
+        _latency(f"{field} latency", attrs["latency"])
+    for name in ("bandwidth", "up", "down"):
+        if name in attrs:
+            _bandwidth(
+                f"{field} {name} bandwidth" if name != "bandwidth" else f"{field} bandwidth",
+                attrs[name],
+            )
+
+
 def _bind(graph: nx.Graph[Any], n: int) -> Topology:
     for u, v, attrs in graph.edges(data=True):
-        lat = check_real(f"network link {u}-{v} latency", attrs.get("latency", 0.0), low=0.0)
+        lat = _latency(f"network link {u}-{v} latency", attrs.get("latency", 0.0))
         attrs["weight"] = (lat, 1)
     # lowest latency first, then fewest hops
     pred = _dijkstra(graph)[1]
@@ -395,13 +452,7 @@ def _link(graph: nx.Graph[Any], parent: Any, child: Any) -> tuple[float, float, 
     d = attrs.get("down", bw if bw is not None else math.inf)
     u = attrs.get("up", bw if bw is not None else math.inf)
     for name, value in (("down", d), ("up", u)):
-        check_real(
-            f"network link {parent}-{child} {name} bandwidth",
-            value,
-            low=0.0,
-            low_open=True,
-            allow_inf=True,
-        )
+        _bandwidth(f"network link {parent}-{child} {name} bandwidth", value)
     return float(d), float(u), float(attrs.get("latency", 0.0))
 
 

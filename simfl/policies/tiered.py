@@ -10,6 +10,21 @@ reverse order of speed, ``w_i = N_(M+1-i) / sum_j N_j`` with tiers ``1..M`` from
 slowest and ``N_j`` the number of rounds tier ``j`` has completed (the fastest tier weighs as
 much as the slowest has reported, and vice versa).
 
+Tiers that have not completed a round yet are left out of the weighting: the formula runs over
+the tiers that have reported, ``w_i = N_(r(k+1-q(i))) / sum N`` with ``r(1) < ... < r(k)`` the
+reporting tiers and ``q(i)`` tier ``i``'s place among them, and a tier weighs nothing until
+its first round is in. The paper (section 4, "weighted aggregation heuristic") builds the global
+model from the *most recent tier models the server has received*, weighting them so that a tier
+that has updated less often counts more, "to balance the training" between fast and slow
+tiers. It does not say what a tier that has sent nothing weighs; its formula read literally
+gives such a tier the largest count's weight and every reporting tier a weight of zero in
+reverse: a tier that never reports (its devices always offline or always failing) would leave
+the global model at its initial value for ever, and every run would keep it there until the
+slowest tier's first round. Mixing only received models follows the heuristic's intent (it
+reweights what the tiers sent) and reduces to the paper's formula once every tier has reported.
+Counting a silent tier as one update instead would change every weight throughout the run and
+still mix in a model nobody trained. The other weightings follow the same rule.
+
 Departures, each documented and most a parameter:
 
 * Tiering: from the devices' reported expected job times (:meth:`View.expected_times`, what a
@@ -131,15 +146,22 @@ class FedAT(TieredPolicy[FedATState]):
         return replace(state, started=started), plan
 
     def mixer(self, state: FedATState, group: int) -> GroupMix:
-        """The tiers' weights once ``group`` has completed one more round."""
+        """The tiers' weights once ``group`` has completed one more round.
+
+        Only tiers that have completed a round weigh (``group`` among them); see the module
+        docstring.
+        """
         counts = np.array(state.counts, dtype=np.float64)
         counts[group] += 1.0
+        reported = np.flatnonzero(counts > 0)
+        found = counts[reported]
+        weights = np.zeros(counts.size)
         if self.weighting == "fedat":
-            weights = counts[::-1] / counts.sum()
+            weights[reported] = found[::-1] / found.sum()
         elif self.weighting == "updates":
-            weights = counts / counts.sum()
+            weights[reported] = found / found.sum()
         else:
-            weights = np.full(counts.size, 1.0 / counts.size)
+            weights[reported] = 1.0 / reported.size
         return GroupMix(weights)
 
     def observe(  # noqa: D102

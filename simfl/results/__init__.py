@@ -25,7 +25,12 @@
     ``error`` or ``interrupted``), error, host seconds, ``initial_metrics`` (the metrics of the
     model before round 0, at time 0), the task's ``goals``, each device's group (``groups``)
     and, where the algorithm evaluates per client, the final model's metrics per evaluated
-    client (``client_metrics``); see :mod:`simfl.results.groups`.
+    client (``client_metrics``); see :mod:`simfl.results.groups`. ``n_rounds`` counts the rows
+    of ``rounds`` and ``empty_rounds`` those that applied no update (``n_arrived == 0``, status
+    ``empty``: nobody was selected, or every selected job dropped, was late or was cancelled).
+    ``warnings`` lists what the run found worth a word: more than half of its rounds empty
+    (:data:`EMPTY_SHARE`), a stall although updates arrived (see
+    :mod:`simfl.engine.context`). Results saved before these keys existed lack them.
 
 Who took part and what it cost: :meth:`Results.participation` (jobs per group or device by
 status, share of the aggregated updates), :meth:`Results.group_metrics`,
@@ -62,7 +67,10 @@ from simfl.results.groups import (
     participation,
 )
 
-__all__ = ["ROUND_COLUMNS", "ROUND_STATUSES", "Recorder", "Results"]
+__all__ = ["EMPTY_SHARE", "ROUND_COLUMNS", "ROUND_STATUSES", "Recorder", "Results"]
+
+#: A run more than this share of whose rounds are empty is flagged in ``meta["warnings"]``.
+EMPTY_SHARE = 0.5
 
 ROUND_STATUSES = ("ok", "empty", "diverged", "error")
 
@@ -213,7 +221,29 @@ class Recorder:
                 rounds_cols[c] = np.concatenate(
                     [np.asarray(values, dtype=dtype), tail.astype(dtype, copy=False)]
                 )
-        return Results(pd.DataFrame(rounds_cols), clients, meta, state)
+        frame = pd.DataFrame(rounds_cols)
+        count_empty_rounds(frame, meta)
+        return Results(frame, clients, meta, state)
+
+
+def count_empty_rounds(rounds: pd.DataFrame, meta: dict[str, Any]) -> None:
+    """Set ``meta``'s ``n_rounds`` and ``empty_rounds``; warn when most rounds are empty.
+
+    An empty round applied no update (``n_arrived == 0``). Empty rounds are legitimate (a
+    deadline nobody met, an empty cohort), but a run made mostly of them says little about its
+    algorithm: more than :data:`EMPTY_SHARE` of them adds a line to ``meta["warnings"]`` (a
+    list, created if missing).
+    """
+    n = len(rounds)
+    empty = int((rounds["n_arrived"].to_numpy() == 0).sum()) if n else 0
+    meta["n_rounds"] = n
+    meta["empty_rounds"] = empty
+    warnings = meta.setdefault("warnings", [])
+    if empty > EMPTY_SHARE * n:
+        warnings.append(
+            f"{empty} of {n} rounds were empty (no update applied: nobody selected, or every "
+            f"selected job dropped, was late or was cancelled)"
+        )
 
 
 def _status_codes(names: NDArray[Any]) -> list[int]:
@@ -377,6 +407,7 @@ class Results:
         lines += self._who_took_part()
         if self.meta.get("error"):
             lines.append("error      " + str(self.meta["error"]).strip().splitlines()[-1])
+        lines += [f"warning    {w}" for w in self.meta.get("warnings") or []]
         return "\n".join(lines)
 
     def _who_took_part(self) -> list[str]:
