@@ -1,13 +1,17 @@
 """``simfl report``: every figure is written and shown by an index.html with captions."""
 
 import dataclasses
+import html
+import re
 from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, ClassVar
 
 import matplotlib.image
 import pytest
 
 import simfl
-from simfl import Fleet, dists, policies, sweeps
+from simfl import Fleet, dists, policies, sweeps, tasks
 from simfl.cli import main
 from simfl.report import write_report
 from tests.helpers import BrokenFedRep, tiny_linear
@@ -47,6 +51,9 @@ class _Page(HTMLParser):
     def handle_data(self, data):
         if self._in_caption:
             self.captions[-1] += data
+
+
+POLICY_PAIR = {"wait-all": policies.WaitAll(count=4), "fastest-k": policies.FastestK(k=2)}
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +126,169 @@ def test_report_defaults_and_one_fleet_size(tmp_path):
         write_report(path, baseline="nope")
     with pytest.raises(ValueError, match="run id"):
         write_report(path, run="nope")
+
+
+#: HTML and JavaScript a received store or a scenario file may carry in any string it holds.
+PAYLOADS = (
+    "<script>document.title='pwned'</script>",
+    '"><img src=x onerror="document.title=\'pwned\'">',
+    "'><svg onload=document.title='pwned'>",
+    "javascript:document.title='pwned'",
+    "</textarea></title></style><script>document.title='pwned'</script>",
+)
+#: A series label that is a path out of the report's folder, were it ever a file name.
+TRAVERSAL = "../../escaped"
+HOSTILE_METRIC = "<script>document.title='pwned'</script>mse"
+HOSTILE_AXIS = '"><img src=x onerror="document.title=\'pwned\'">axis'
+HOSTILE_NAME = "</textarea><script>document.title='pwned'</script>"
+
+
+class _RenamedData:
+    """A bound linear task whose ``distance`` metric goes by :data:`HOSTILE_METRIC`."""
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._data, name)
+
+    def evaluate(self, model: Any) -> dict[str, float]:
+        metrics = self._data.evaluate(model)
+        return {HOSTILE_METRIC: metrics["distance"], "test_mse": metrics["test_mse"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostileTask(tasks.LinearRepresentation):
+    metrics: ClassVar[tuple[str, ...]] = (HOSTILE_METRIC, "test_mse")
+    goals: ClassVar[dict[str, str]] = {HOSTILE_METRIC: "min", "test_mse": "min"}
+
+    def build(self, n_clients: int, streams: Any) -> Any:
+        return _RenamedData(super().build(n_clients, streams))
+
+
+def hostile_store(path: Path) -> Path:
+    """A store whose scenario name, grid label name, series labels and metric are HTML/JS."""
+    base = dataclasses.replace(
+        tiny_linear(rounds=6),
+        name=HOSTILE_NAME,
+        task=_HostileTask(d=6, k=2, samples_per_client=5, test_samples=20),
+    )
+    series = {
+        **{p: policies.Deadline(1.0 + i / 4, count=4) for i, p in enumerate(PAYLOADS)},
+        TRAVERSAL: policies.FastestK(k=3),
+    }
+    cases = [
+        sweeps.Case(
+            dataclasses.replace(base, policy=policy, seed=seed),
+            {HOSTILE_AXIS: label, "seed": seed},
+        )
+        for label, policy in series.items()
+        for seed in (0, 1)
+    ]
+    simfl.sweep(cases, store=path, executor="inline", progress=False)
+    return path
+
+
+#: The elements index.html is made of: anything else would be markup from a string it shows.
+_OWN_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "b", "code",
+    "table", "thead", "tbody", "tr", "th", "td", "figure", "img", "figcaption",
+}  # fmt: skip
+
+
+def _tree(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("baseline", [PAYLOADS[1], TRAVERSAL])
+def test_report_shows_hostile_strings_as_text(tmp_path, baseline):
+    store = hostile_store(tmp_path / "store")
+    before = _tree(tmp_path)
+    out = tmp_path / "deep" / "report"
+    index = write_report(store, out, target=(HOSTILE_METRIC, "below", 0.9), baseline=baseline)
+    # nothing written outside the report's folder (no file name is made of a label)
+    assert {p for p in _tree(tmp_path) - before if out not in (p, *p.parents)} == {
+        tmp_path / "deep"
+    }
+    text = index.read_text()
+    page = _Page()
+    page.feed(text)
+    # (a) no tag of a payload reached the HTML: the only elements are the page's own
+    tags = set(re.findall(r"<\s*([a-zA-Z][a-zA-Z0-9]*)", text))
+    assert tags <= _OWN_TAGS, tags - _OWN_TAGS
+    assert not re.search(r"<[^>]*\son(error|load)\s*=", text)
+    assert set(page.images) == FIGURES  # no <img> of a payload
+    # (b) every payload shows literally in the page's text
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    for payload in (*PAYLOADS, TRAVERSAL, HOSTILE_METRIC, HOSTILE_AXIS, HOSTILE_NAME):
+        assert payload in shown, payload
+    assert repr(baseline) in shown  # the caption and heading quote the baseline
+
+
+class _Planted:
+    """Unpickling this writes ``flag``: the trace of code run by reading a store."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Path(self.flag).write_text, ("unpickled",))
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a read path unpickled something")
+
+
+def test_reading_a_store_and_its_report_runs_no_code(tmp_path, monkeypatch):
+    import pickle
+
+    import cloudpickle
+
+    cases = sweeps.grid(tiny_linear(rounds=6), policy=POLICY_PAIR, seed=[0, 1])
+    path = tmp_path / "store"
+    simfl.sweep(cases, store=path, executor="inline", progress=False)
+    flag = tmp_path / "flag"
+    for folder in (path / "runs").iterdir():  # what a received store could carry
+        (folder / "state.pkl").write_bytes(pickle.dumps(_Planted(str(flag))))
+    (path / "payload.pkl").write_bytes(pickle.dumps(_Planted(str(flag))))
+    for module in (pickle, cloudpickle):
+        for name in ("load", "loads", "Unpickler"):
+            monkeypatch.setattr(module, name, _refuse, raising=module is pickle)
+    store = simfl.Store(path)
+    ids = [r["run_id"] for r in store.records()]
+    assert len(ids) == 4 and not store.check()
+    store.runs(), store.rounds(), store.clients()
+    for run_id in ids:
+        store.results(run_id)
+    write_report(path)
+    assert main(["show", str(path)]) == 0
+    assert main(["store", "check", str(path)]) == 0
+    assert not flag.exists()
+
+
+#: The modules that read a store and write a report: none may unpickle or evaluate text.
+_READ_PATHS = (
+    "simfl/sweeps/store.py",
+    "simfl/sweeps/integrity.py",
+    "simfl/results",
+    "simfl/report",
+    "simfl/compare.py",
+    "simfl/plots.py",
+)
+
+
+def test_read_paths_hold_no_unpickling_or_eval():
+    root = Path(simfl.__file__).parent.parent
+    files = [
+        f
+        for p in _READ_PATHS
+        for f in ([root / p] if p.endswith(".py") else (root / p).rglob("*.py"))
+    ]
+    assert len(files) >= 8
+    found = [
+        f"{f.relative_to(root)}: {line.strip()}"
+        for f in files
+        for line in f.read_text().splitlines()
+        if re.search(r"\b(c?pickle|dill|joblib|marshal|shelve)\b|\b(eval|exec)\(|yaml\.load", line)
+    ]
+    assert not found, found

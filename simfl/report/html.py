@@ -22,16 +22,26 @@ from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
 
-Caption = tuple[str, str]  # (PNG file name, caption HTML)
+Caption = tuple[str, str]  # (PNG file name, caption as plain text: escaped on the page)
+
+
+def _text(value: Any) -> str:
+    """``value`` as HTML text: ``& < > " '`` escaped, so that it shows literally anywhere.
+
+    Every string the page shows that comes from a store, a scenario or the user (labels,
+    scenario and metric names, run ids, errors, paths, captions that quote them) goes through
+    here, in element text and in attribute values alike.
+    """
+    return html.escape(str(value), quote=True)
 
 
 def _html_table(table: pd.DataFrame) -> str:
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return "" if math.isnan(v) else "not reached" if math.isinf(v) else f"{v:.4g}"
-        return html.escape(str(v))
+        return _text(v)
 
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    head = "".join(f"<th>{_text(c)}</th>" for c in table.columns)
     rows = "".join(
         "<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>"
         for row in table.itertuples(index=False)
@@ -172,7 +182,7 @@ def write_report(
     caption = groups_figure(
         tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
     )
-    sections = _group_sections(chosen, tables, html.escape(caption))
+    sections = _group_sections(chosen, tables, caption)
     say("writing time_to_target.csv and index.html")
     index = folder / "index.html"
     index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
@@ -280,7 +290,7 @@ def _job_figures(
     return [
         (
             "gantt.png",
-            f"Device jobs of run <code>{html.escape(run_id)}</code> ({html.escape(title)}), "
+            f"Device jobs of run {run_id} ({title}), "
             f"{window}: one row per device, colour = status, transfers lighter than compute, "
             f"dotted lines = aggregations. Choose another run with --run.",
         ),
@@ -311,9 +321,9 @@ def _write_group_tables(tables: GroupTables, folder: Path) -> GroupTables:
 def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[str]:
     """The page's sections on who took part (per group, fairness) and on energy.
 
-    ``caption`` is the (escaped) caption of ``groups_energy.png``, shown after the tables.
+    ``caption`` is the caption of ``groups_energy.png`` (plain text), shown after the tables.
     """
-    by, tgt = chosen.by, html.escape(chosen.target_text)
+    by, tgt = chosen.by, _text(chosen.target_text)
     part = tables.participation
     extra = [c for c in chosen.panels if c != "n_devices"]
     shown = pd.DataFrame(
@@ -374,7 +384,7 @@ def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[s
         ]
     lines.append(
         "<figure><img src='groups_energy.png' alt='groups_energy.png'>"
-        f"<figcaption>{caption}</figcaption></figure>"
+        f"<figcaption>{_text(caption)}</figcaption></figure>"
     )
     return lines
 
@@ -397,8 +407,8 @@ def _page(
     """
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
-    where = html.escape(str(store.path))
-    tgt = html.escape(chosen.target_text)
+    where = _text(str(store.path))
+    tgt = _text(chosen.target_text)
     page = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>simfl report: {where}</title><style>{_CSS}</style></head><body>",
@@ -406,23 +416,23 @@ def _page(
         f"<p>{len(chosen.done)} finished runs, {len(failed)} failed"
         + (f", {len(bad)} unreadable (left out, listed below)" if bad else "")
         + f": {len(chosen.series)} "
-        f"{html.escape(by)} values, fleet size{'s' * (len(sizes) > 1)} "
+        f"{_text(by)} values, fleet size{'s' * (len(sizes) > 1)} "
         f"{', '.join(map(str, sizes))} devices"
-        + "".join(f", {chosen.frame[c].nunique()} values of {html.escape(c)}" for c in chosen.extra)
+        + "".join(f", {chosen.frame[c].nunique()} values of {_text(c)}" for c in chosen.extra)
         + f", {chosen.seeds_text}; one panel and one table row per "
-        f"{html.escape(chosen.panels_text)}. Target: "
-        f"<b>{tgt}</b> ({html.escape(chosen.target_note)}).</p>",
+        f"{_text(chosen.panels_text)}. Target: "
+        f"<b>{tgt}</b> ({_text(chosen.target_note)}).</p>",
         f"<h2>Time to {tgt}</h2><p>Simulated seconds: mean over seeds with a "
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
-        f"speedup over {html.escape(repr(chosen.baseline))} (also in "
+        f"speedup over {_text(repr(chosen.baseline))} (also in "
         f"<code>time_to_target.csv</code>).</p>",
         _html_table(_display(table, by, chosen.extra, chosen.metric)),
         *sections,
     ]
     for name, caption in shown:
         page.append(
-            f"<figure><img src='{name}' alt='{html.escape(name)}'>"
-            f"<figcaption>{caption}</figcaption></figure>"
+            f"<figure><img src='{_text(name)}' alt='{_text(name)}'>"
+            f"<figcaption>{_text(caption)}</figcaption></figure>"
         )
     if not failed.empty:
         last = failed["error"].map(lambda e: str(e).strip().splitlines()[-1] if e else "?")
