@@ -2,12 +2,15 @@
 
 import dataclasses
 import html
+import math
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
 
 import matplotlib.image
+import matplotlib.pyplot
 import pytest
 
 import simfl
@@ -72,6 +75,15 @@ def store(tmp_path_factory):
     )
     broken = dataclasses.replace(tiny_linear(), name="broken", algorithm=BrokenFedRep())
     simfl.sweep([*cases, broken], store=path, executor="inline", progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair_store(tmp_path_factory):
+    """2 synchronous policies x 2 seeds on 12 devices (read only: copy it to change it)."""
+    path = tmp_path_factory.mktemp("pair") / "store"
+    cases = sweeps.grid(tiny_linear(rounds=8), policy=POLICY_PAIR, seed=[0, 1])
+    simfl.sweep(cases, store=path, executor="inline", progress=False)
     return path
 
 
@@ -239,14 +251,13 @@ def _refuse(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("a read path unpickled something")
 
 
-def test_reading_a_store_and_its_report_runs_no_code(tmp_path, monkeypatch):
+def test_reading_a_store_and_its_report_runs_no_code(pair_store, tmp_path, monkeypatch):
     import pickle
 
     import cloudpickle
 
-    cases = sweeps.grid(tiny_linear(rounds=6), policy=POLICY_PAIR, seed=[0, 1])
     path = tmp_path / "store"
-    simfl.sweep(cases, store=path, executor="inline", progress=False)
+    shutil.copytree(pair_store, path)
     flag = tmp_path / "flag"
     for folder in (path / "runs").iterdir():  # what a received store could carry
         (folder / "state.pkl").write_bytes(pickle.dumps(_Planted(str(flag))))
@@ -292,3 +303,41 @@ def test_read_paths_hold_no_unpickling_or_eval():
         if re.search(r"\b(c?pickle|dill|joblib|marshal|shelve)\b|\b(eval|exec)\(|yaml\.load", line)
     ]
     assert not found, found
+
+
+def _split_target(store: Path) -> tuple[float, str, str]:
+    """A distance target one policy reaches in every seed and the other misses in one or more."""
+    rounds = simfl.Store(store).rounds()
+    worst = rounds.groupby(["policy", "seed"])["distance"].min().groupby("policy").max()
+    assert worst.nunique() == 2, worst
+    return float(worst.min()), str(worst.idxmin()), str(worst.idxmax())
+
+
+def test_a_target_never_reached_reads_the_same_in_table_csv_and_figure(
+    pair_store, tmp_path, monkeypatch
+):
+    import pandas as pd
+
+    from simfl.report import figures
+
+    value, reaches, misses = _split_target(pair_store)
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.append((path.name, fig)))
+    index = write_report(
+        pair_store, tmp_path / "r", target=("distance", "below", value), baseline=reaches
+    )
+    csv = pd.read_csv(tmp_path / "r" / "time_to_target.csv", keep_default_na=False)
+    row = csv.set_index("policy").loc[misses]
+    k = 2 - int(row["reached"])
+    assert k >= 1 and row["note"] == f"not reached in {k} of 2 seeds"
+    assert row["speedup"] == row["speedup_ci_low"] == row["speedup_ci_high"] == ""  # NaN, not 0
+    assert float(row["mean_time"]) == math.inf and row["ci_low"] == row["ci_high"] == ""
+    assert csv.set_index("policy").loc[reaches, "note"] == ""
+    text = html.unescape(index.read_text())
+    assert f"<td>not reached in {k} of 2 seeds</td>" in text
+    speed = next(fig for name, fig in drawn if name == "speedup.png")
+    notes = " ".join(t.get_text() for ax in speed.axes for t in ax.texts)
+    assert f"{misses} (not reached in {k} of 2 seeds)" in notes
+    heights = [p.get_height() for ax in speed.axes for p in ax.patches]
+    assert 0.0 not in heights  # no 0x bar
+    matplotlib.pyplot.close("all")

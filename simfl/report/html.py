@@ -50,7 +50,7 @@ def _html_table(table: pd.DataFrame) -> str:
 
 
 def _interval(mean: float, low: float, high: float) -> str:
-    if math.isinf(mean):
+    if not math.isfinite(mean):
         return "not reached by every seed"
     return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
 
@@ -76,19 +76,13 @@ def _display(table: pd.DataFrame, by: str, extra: list[str], metric: str) -> pd.
     )
     if "speedup" in table:
         out["speedup [95% CI]"] = [
-            ""
-            if math.isnan(v[0])
-            else "target not reached"
-            if math.isinf(t)
-            else f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
-            for t, *v in zip(
-                table["mean_time"],
-                table["speedup"],
-                table["speedup_ci_low"],
-                table["speedup_ci_high"],
-                strict=True,
+            f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" if math.isfinite(v[0]) else "none"
+            for v in zip(
+                table["speedup"], table["speedup_ci_low"], table["speedup_ci_high"], strict=True
             )
         ]
+    if table["note"].astype(bool).any():
+        out["note"] = table["note"]
     return out
 
 
@@ -201,9 +195,13 @@ def _time_to_target(chosen: Choice, speed: pd.DataFrame) -> pd.DataFrame:
     )
     if speed.empty:
         return table
-    ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
-    cols = [*keys, "speedup", "ci_low", "ci_high"]
-    return table.merge(speed[cols].rename(columns=ci), on=keys, how="left")
+    ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high", "note": "speedup_note"}
+    cols = [*keys, "speedup", "ci_low", "ci_high", "note"]
+    out = table.merge(speed[cols].rename(columns=ci), on=keys, how="left")
+    # the speedup's note names the baseline's missed seeds too (a series' own come first)
+    note = out.pop("speedup_note").fillna("")
+    out["note"] = note.where(note != "", out["note"])
+    return out[[c for c in out.columns if c != "note"] + ["note"]]
 
 
 def _metric_figures(chosen: Choice, colours: dict[str, Any], folder: Path) -> list[Caption]:
@@ -260,7 +258,8 @@ def _speedup_figure(
             else f" at each fleet size (devices){', one line per ' + each if extra else ''}"
         )
         + "; bars: paired bootstrap 95% CI over seeds; above 1 is faster than the baseline; "
-        f"a {by} whose mean time is infinite (a seed never reached the target) is not drawn.",
+        f"a {by} without a speedup (a seed of it or of the baseline never reached the target, "
+        "the table's note says how many) is named under the figure, never drawn as 0x.",
     )
 
 
