@@ -2,9 +2,12 @@
 
 import dataclasses
 import html
+import json
 import math
+import os
 import re
 import shutil
+import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
@@ -341,3 +344,87 @@ def test_a_target_never_reached_reads_the_same_in_table_csv_and_figure(
     heights = [p.get_height() for ax in speed.axes for p in ax.patches]
     assert 0.0 not in heights  # no 0x bar
     matplotlib.pyplot.close("all")
+
+
+SWEEP_FILE = textwrap.dedent(
+    """
+    from simfl import Fleet, Scenario, algorithms, dists, policies, sweeps, tasks
+
+    BASE = Scenario(
+        name="pair",
+        task=tasks.LinearRepresentation(d=6, k=2, samples_per_client=5, test_samples=20),
+        algorithm=algorithms.FedRep(),
+        fleet=Fleet.homogeneous(12, compute=dists.Exponential(mean=1.0)),
+        policy=policies.WaitAll(count=4),
+        rounds=6,
+    )
+    CASES = sweeps.grid(BASE, policy={"w": policies.WaitAll(count=4), "f": policies.FastestK(k=2)})
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A store written by ``simfl sweep --target distance<0.37`` (read only: copy it)."""
+    root = tmp_path_factory.mktemp("swept")
+    (root / "pair.py").write_text(SWEEP_FILE)
+    store = root / "store"
+    sweep = ["sweep", str(root / "pair.py"), "--store", str(store), "--seeds", "0-1"]
+    assert main([*sweep, "--executor", "inline", "--quiet", "--target", "distance<0.37"]) == 0
+    return store
+
+
+def test_report_uses_the_target_the_sweep_was_given(swept, tmp_path, capsys):
+    assert json.loads((swept / "report.json").read_text()) == {"target": "distance<=0.37"}
+    assert sorted(p.name for p in swept.iterdir()) == ["report.json", "runs", "simfl-store.json"]
+    capsys.readouterr()
+    out = tmp_path / "r"
+    assert main(["report", str(swept), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    text = html.unescape((out / "index.html").read_text())
+    assert "Target: <b>distance ≤ 0.37</b> (the sweep's --target, recorded in report.json" in text
+    # --target overrides it
+    given = ["--target", "distance<0.4"]
+    assert main(["report", str(swept), "--out", str(out), "--quiet", *given]) == 0
+    assert "Target: <b>distance ≤ 0.4</b> (given)" in html.unescape(
+        (out / "index.html").read_text()
+    )
+    # as does another metric: the recorded target is about distance
+    assert main(["report", str(swept), "--out", str(out), "--quiet", "--metric", "test_mse"]) == 0
+    assert "Target: <b>test_mse ≤" in html.unescape((out / "index.html").read_text())
+    # the store's own readers take the extra file in their stride
+    assert main(["store", "check", str(swept)]) == 0 and main(["show", str(swept)]) == 0
+    assert "4 readable runs, 0 unreadable" in capsys.readouterr().out
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.write_text("{not json"), "is not JSON"),
+        (lambda p: p.write_text('{"target": 5}'), 'must hold {"target": "metric<=value"}'),
+        (lambda p: p.write_text('["distance<1"]'), 'must hold {"target": "metric<=value"}'),
+        (lambda p: p.write_text('{"target": "distance<nan"}'), "target must look like"),
+        (lambda p: p.write_text('{"target": "nope<1"}'), "metric 'nope' is not a metric"),
+        (lambda p: p.write_bytes(b" " * 5000), "more than 4,096"),
+        (lambda p: p.mkdir(), "is not a regular file"),
+        (_fifo, "is not a regular file"),
+        (lambda p: p.symlink_to("/dev/zero"), "is not a regular file"),
+    ],
+    ids=["garbage", "number", "list", "nan", "metric", "huge", "folder", "fifo", "dev-zero"],
+)
+def test_a_bad_recorded_target_is_one_warning_and_the_reports_own_choice(
+    swept, tmp_path, capsys, make, says
+):
+    store = tmp_path / "store"
+    shutil.copytree(swept, store, ignore=shutil.ignore_patterns("report.json", "report"))
+    make(store / "report.json")
+    capsys.readouterr()
+    assert main(["report", str(store), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and says in err[0], err
+    assert "chooses its own target" in err[0]
+    assert "twice the median over runs" in (store / "report" / "index.html").read_text()

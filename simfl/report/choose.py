@@ -9,25 +9,26 @@ scenario name (a column ``scenario``); ``by=`` chooses another. Every other grid
 varies and is not implied by the series and the fleet size (another fleet of the same size,
 a capacity, an algorithm, ...) is a *panel* column, and so is ``n_devices``: each combination
 gets its own panel, table row and speedup, so that no number mixes runs of different
-settings. The target defaults to twice (``goal="min"``) or 98% of (``"max"``) the median over
-runs of each run's best value, rounded to two digits, so that typical runs reach it;
-``target=`` sets it.
+settings. The target is ``target=``, else the one ``simfl sweep --target`` recorded in the
+store (:mod:`simfl.report.recorded`), else twice (``goal="min"``) or 98% of (``"max"``) the
+median over runs of each run's best value, rounded to two digits, so that typical runs reach
+it.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from simfl import compare
+from simfl.report.recorded import RECORD, ReportWarning, Target
 from simfl.sweeps.store import Store
 
 __all__ = ["Choice", "Target", "choose", "panel_title", "speedups", "target_table"]
-
-Target = tuple[str, str, float]
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,13 @@ def choose(
     run: str | None = None,
     by: str | None = None,
     baseline: str | None = None,
+    recorded: Target | None = None,
 ) -> Choice:
     """What to show of ``store``'s finished runs (options as for :func:`simfl.report.write_report`).
+
+    ``recorded`` is the target the sweep was given (:mod:`simfl.report.recorded`): used when
+    ``target`` is not given and ``metric`` is not another one. If the runs do not report its
+    metric, a :class:`~simfl.report.recorded.ReportWarning` says so and the report chooses.
 
     Raises
     ------
@@ -125,7 +131,21 @@ def choose(
     frame = _with_labels(store.rounds(), labels[columns])
     records = {r["run_id"]: r for r in store.records()}
     first = records[str(done["run_id"].iloc[0])]
+    from_record = False
+    if target is None and recorded is not None and metric in (None, recorded[0]):
+        if recorded[0] in frame.columns:
+            target, from_record = recorded, True
+        else:
+            warnings.warn(
+                ReportWarning(
+                    f"{store.path / RECORD}: the recorded target's metric {recorded[0]!r} is "
+                    f"not a metric of the runs; the report chooses its own target"
+                ),
+                stacklevel=3,
+            )
     metric, side, value, note = _target(frame, first, metric, target)
+    if from_record:
+        note = f"the sweep's --target, recorded in {RECORD}; set another with --target"
     series = [str(v) for v in dict.fromkeys(frame[by])]
     baseline = baseline if baseline is not None else series[0]
     if baseline not in series:

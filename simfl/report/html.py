@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pandas as pd
 from simfl.report import figures
 from simfl.report.choose import Choice, Target, choose, speedups, target_table
 from simfl.report.groups import GroupTables, group_tables, groups_figure
+from simfl.report.recorded import ReportWarning, recorded_target
 from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
@@ -121,7 +123,10 @@ def write_report(
         The metric to compare (default: the target's, else the runs' first metric).
     target
         ``(metric, "below" | "above", value)``, as parsed from ``"distance<1e-3"`` (default:
-        see :mod:`simfl.report.choose`).
+        the target ``simfl sweep --target`` recorded in ``STORE/report.json``, if the runs
+        report its metric and ``metric`` is not another; else see
+        :mod:`simfl.report.choose`). A record that cannot be used is said in a
+        :class:`~simfl.report.recorded.ReportWarning`.
     run
         The run id whose jobs the Gantt chart shows (default: among the first seed's runs at
         the smallest fleet size, the one whose first rounds show the most job statuses).
@@ -148,7 +153,18 @@ def write_report(
     say(f"checking the files of {store.path}")
     bad = store.check()
     say("reading the runs (rounds, device jobs)")
-    chosen = choose(store, metric=metric, target=target, run=run, by=by, baseline=baseline)
+    recorded, problem = (None, None) if target is not None else recorded_target(store.path)
+    if problem is not None:
+        warnings.warn(ReportWarning(f"{problem}; the report chooses its own target"), stacklevel=2)
+    chosen = choose(
+        store,
+        metric=metric,
+        target=target,
+        run=run,
+        by=by,
+        baseline=baseline,
+        recorded=recorded,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     colours = figures.palette(chosen.series)
     say(
