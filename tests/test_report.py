@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import matplotlib.image
 import matplotlib.pyplot
+import pandas as pd
 import pytest
 
 import simfl
@@ -319,8 +320,6 @@ def _split_target(store: Path) -> tuple[float, str, str]:
 def test_a_target_never_reached_reads_the_same_in_table_csv_and_figure(
     pair_store, tmp_path, monkeypatch
 ):
-    import pandas as pd
-
     from simfl.report import figures
 
     value, reaches, misses = _split_target(pair_store)
@@ -428,3 +427,55 @@ def test_a_bad_recorded_target_is_one_warning_and_the_reports_own_choice(
     assert len(err) == 1 and err[0].startswith("warning: ") and says in err[0], err
     assert "chooses its own target" in err[0]
     assert "twice the median over runs" in (store / "report" / "index.html").read_text()
+
+
+def test_a_store_with_two_versions_of_a_scenario_reports_the_newest(tmp_path):
+    path = tmp_path / "store"
+    for count in (4, 5):  # "w" edited between the sweeps: same name, labels and seeds
+        policy = {"w": policies.WaitAll(count=count), "f": policies.FastestK(k=2)}
+        cases = sweeps.grid(tiny_linear(rounds=6), policy=policy, seed=[0, 1])
+        simfl.sweep(cases, store=path, executor="inline", progress=False)
+    runs = simfl.Store(path).runs()
+    assert len(runs) == 6 and runs.groupby(["policy", "seed"])["fingerprint"].nunique().max() == 2
+    newest = runs.sort_values("finished").drop_duplicates(["policy", "seed"], keep="last")
+    index = write_report(path, tmp_path / "r", target=("distance", "below", 0.5))
+    csv = pd.read_csv(tmp_path / "r" / "time_to_target.csv")
+    assert sorted(csv["policy"]) == ["f", "w"] and (csv["runs"] == 2).all()
+    text = html.unescape(index.read_text())
+    assert "4 finished runs, 0 failed, 2 of older versions of their scenarios" in text
+    assert "<h2>Older versions left out</h2>" in text and "simfl store prune" in text
+    old = runs[~runs["run_id"].isin(newest["run_id"])]
+    assert len(old) == 2 and set(old["policy"]) == {"w"}
+    section = text.split("<h2>Older versions left out</h2>")[1].split("<h2>")[0]
+    for run_id, fingerprint in zip(old["run_id"], old["fingerprint"], strict=True):
+        assert f"<td>{run_id}</td>" in section and f"<td>{fingerprint[:8]}</td>" in section
+    for run_id in newest["run_id"]:
+        assert f"<td>{run_id}</td>" not in section
+
+
+def test_runs_with_mostly_empty_rounds_are_flagged(tmp_path):
+    policy = {
+        "w": policies.WaitAll(count=4),
+        "idle": policies.Deadline(0.02, count=4),  # nobody computes in 0.02 s: empty rounds
+    }
+    cases = sweeps.grid(tiny_linear(rounds=8), policy=policy, seed=[0, 1])
+    out = simfl.sweep(cases, executor="inline", progress=False)
+    rounds = out.store.rounds()
+    empty = (
+        rounds[rounds["round"] >= 0]
+        .groupby(["policy", "seed"])["status"]
+        .agg(lambda s: int((s == "empty").sum()))
+    )
+    assert (empty.loc["idle"] > 4).all() and (empty.loc["w"] == 0).all()
+    # one run of "w" records its empty rounds in meta (as runs now do), with a warning
+    w0 = next(r["run_id"] for r in out.store.records() if r["labels"] == {"policy": "w", "seed": 0})
+    meta = out.store.results(w0).meta
+    meta.update(empty_rounds=5, warnings=["5 of 8 rounds were empty"])
+    index = write_report(out.store, tmp_path / "r", target=("distance", "below", 0.9))
+    text = html.unescape(index.read_text())
+    assert "<b>Warning:</b> in 3 run(s) more than half of the rounds were empty" in text
+    table = text.split("<b>Warning:</b>")[1].split("</table>")[0]
+    assert table.count("<tr>") == 1 + 3 and "5 of 8 rounds were empty" in table
+    for seed in (0, 1):
+        assert f"<td>{empty.loc[('idle', seed)]} of 8</td>" in table
+    assert "<td>5 of 8</td>" in table

@@ -28,7 +28,15 @@ from simfl import compare
 from simfl.report.recorded import RECORD, ReportWarning, Target
 from simfl.sweeps.store import Store
 
-__all__ = ["Choice", "Target", "choose", "panel_title", "speedups", "target_table"]
+__all__ = [
+    "Choice",
+    "Target",
+    "choose",
+    "panel_title",
+    "speedups",
+    "target_table",
+    "version_of",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,9 @@ class Choice:
         chosen, in words.
     run_id
         The run whose jobs the Gantt chart shows.
+    older
+        The finished runs left out because they belong to an older version of their case
+        (:func:`version_of`), with a column ``newest``: the version shown instead.
     """
 
     runs: pd.DataFrame
@@ -71,6 +82,7 @@ class Choice:
     value: float
     target_note: str
     run_id: str
+    older: pd.DataFrame
 
     @property
     def target_text(self) -> str:
@@ -125,6 +137,7 @@ def choose(
     done = runs[runs["status"] == "done"]
     if done.empty:
         raise ValueError(f"{store.path} has no finished runs to report")
+    done, older = _newest_versions(done)
     labels, by = _series(done, by)
     panels = _panels(labels, by)
     columns = list(dict.fromkeys(["run_id", "n_devices", "policy_name", by, *panels]))
@@ -171,7 +184,38 @@ def choose(
         value=value,
         target_note=note,
         run_id=run_id,
+        older=older,
     )
+
+
+def version_of(fingerprint: Any) -> str:
+    """A run's version as the report shows it: the first 8 hex digits of its fingerprint."""
+    return str(fingerprint)[:8] if isinstance(fingerprint, str) and fingerprint else "?"
+
+
+def _newest_versions(done: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The finished runs of the newest version of every case, and those of older versions.
+
+    A *case* is a scenario name and its grid labels (every label but the seed); a *version*
+    of it is a fingerprint (its values and code, :func:`simfl.sweeps.scenario_fingerprint`).
+    A case swept, edited and swept again has runs of two versions, which no figure or table
+    may mix: the newest (the version whose last run finished last) is shown, the others are
+    left out and listed.
+    """
+    fixed = list(done.columns[: list(done.columns).index("status")])
+    case = done[[c for c in fixed if c not in ("run_id", "seed")]].astype(str)
+    key = case.agg("\x1f".join, axis=1) if len(case.columns) else pd.Series("", done.index)
+    order = done.assign(
+        _case=key, _when=pd.to_datetime(done["finished"], utc=True, errors="coerce")
+    )
+    order = order.sort_values("_when", kind="stable", na_position="first")
+    newest = order.groupby("_case", sort=False)["fingerprint"].last()
+    shown = done["fingerprint"].to_numpy() == key.map(newest).to_numpy()
+    older = done[~shown].assign(
+        version=[version_of(f) for f in done.loc[~shown, "fingerprint"]],
+        newest=[version_of(f) for f in key[~shown].map(newest)],
+    )
+    return done[shown], older
 
 
 def _with_labels(rows: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:

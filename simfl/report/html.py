@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from simfl.report import figures
-from simfl.report.choose import Choice, Target, choose, speedups, target_table
+from simfl.report.choose import Choice, Target, choose, speedups, target_table, version_of
 from simfl.report.groups import GroupTables, group_tables, groups_figure
 from simfl.report.recorded import ReportWarning, recorded_target
 from simfl.sweeps.store import BadRun, Store
@@ -195,7 +195,8 @@ def write_report(
     sections = _group_sections(chosen, tables, caption)
     say("writing time_to_target.csv and index.html")
     index = folder / "index.html"
-    index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
+    lines = _page(store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen))
+    index.write_text("\n".join(lines) + "\n")
     return index
 
 
@@ -414,11 +415,13 @@ def _page(
     shown: list[Caption],
     bad: list[BadRun],
     sections: list[str],
+    empty: pd.DataFrame,
 ) -> list[str]:
     """The lines of ``index.html``.
 
     ``bad``: the runs left out because they cannot be read; ``sections``: the lines on who
-    took part and on energy, shown after the time-to-target table.
+    took part and on energy, shown after the time-to-target table; ``empty``: the runs whose
+    rounds were mostly empty, flagged above it.
     """
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
@@ -430,6 +433,11 @@ def _page(
         f"<h1>simfl report: <code>{where}</code></h1>",
         f"<p>{len(chosen.done)} finished runs, {len(failed)} failed"
         + (f", {len(bad)} unreadable (left out, listed below)" if bad else "")
+        + (
+            f", {len(chosen.older)} of older versions of their scenarios (left out, listed below)"
+            if len(chosen.older)
+            else ""
+        )
         + f": {len(chosen.series)} "
         f"{_text(by)} values, fleet size{'s' * (len(sizes) > 1)} "
         f"{', '.join(map(str, sizes))} devices"
@@ -441,6 +449,7 @@ def _page(
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
         f"speedup over {_text(repr(chosen.baseline))} (also in "
         f"<code>time_to_target.csv</code>).</p>",
+        *_empty_note(empty),
         _html_table(_display(table, by, chosen.extra, chosen.metric)),
         *sections,
     ]
@@ -463,7 +472,82 @@ def _page(
             f"<code>.quarantine/</code>; the next sweep runs them again.</p>",
             _html_table(unreadable),
         ]
-    cols = ["run_id", "label", "seed", "status", "n_devices", "n_rounds", "sim_time"]
+    page += _older_section(chosen.older, where)
+    runs = chosen.runs.assign(version=[version_of(f) for f in chosen.runs["fingerprint"]])
+    cols = ["run_id", "label", "seed", "version", "status", "n_devices", "n_rounds", "sim_time"]
     cols += ["host_seconds", "simfl_version", "git_revision", "host", "finished"]
-    page += ["<h2>Runs</h2>", _html_table(chosen.runs[cols].astype(object)), "</body></html>"]
+    page += ["<h2>Runs</h2>", _html_table(runs[cols].astype(object)), "</body></html>"]
     return page
+
+
+def _older_section(older: pd.DataFrame, where: str) -> list[str]:
+    """The runs of older versions of their scenarios, left out (``where``: the store, escaped)."""
+    if older.empty:
+        return []
+    cases = older.drop_duplicates(["label", "version"])
+    return [
+        "<h2>Older versions left out</h2><p>These finished runs share their scenario name, "
+        "grid labels and seed with runs of another version (another fingerprint: the "
+        "scenario's values or code changed between sweeps). No figure or table mixes "
+        f"versions: the report shows the newest version of each of these {len(cases)} "
+        "scenario(s), the one whose last run finished last, and leaves these out. "
+        f"<code>simfl store prune {where}</code> sets them aside.</p>",
+        _html_table(
+            older[["run_id", "label", "seed", "version", "newest", "finished"]]
+            .rename(columns={"newest": "version shown"})
+            .astype(object)
+        ),
+    ]
+
+
+def _empty_note(empty: pd.DataFrame) -> list[str]:
+    """A warning and a table of the runs whose rounds were mostly empty (nobody arrived)."""
+    if empty.empty:
+        return []
+    return [
+        f"<p><b>Warning:</b> in {len(empty)} run(s) more than half of the rounds were empty "
+        "(no update was aggregated: nobody was selected, or nobody arrived in time). Their "
+        "times and curves are those of a server that mostly waited; check the fleet's "
+        "availability and the policy's deadline.</p>",
+        _html_table(empty),
+    ]
+
+
+def _mostly_empty(store: Store, chosen: Choice) -> pd.DataFrame:
+    """The shown runs whose ``meta["empty_rounds"]`` is more than half of their rounds.
+
+    Read from each run's stored ``meta.json``, with its ``meta["warnings"]``; for runs that do
+    not record it (stored by older versions of simfl), the rounds whose status is ``empty``.
+    """
+    series = chosen.frame.drop_duplicates("run_id").set_index("run_id")[chosen.by]
+    played = chosen.frame[chosen.frame["round"] >= 0]
+    counted = (played["status"] == "empty").groupby(played["run_id"]).sum()
+    rows = []
+    for run_id, name in series.items():
+        record = chosen.records[str(run_id)]
+        try:
+            meta = store._meta(record)
+        except (OSError, ValueError):
+            meta = {}
+        empty, total = meta.get("empty_rounds"), record.get("n_rounds")
+        if not _count(empty):  # stored before runs counted them: the rounds' own statuses
+            empty = int(counted.get(run_id, 0))
+        if not (_count(empty) and _count(total)) or not 2 * empty > total > 0:
+            continue
+        notes = meta.get("warnings")
+        said = "; ".join(map(str, notes)) if isinstance(notes, list) else ""
+        rows.append(
+            {
+                "run_id": run_id,
+                chosen.by: name,
+                "seed": record.get("seed"),
+                "empty rounds": f"{empty} of {total}",
+                "warnings": said,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a count read from JSON (an int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
