@@ -529,10 +529,10 @@ def _mostly_empty(store: Store, chosen: Choice) -> pd.DataFrame:
             meta = store._meta(record)
         except (OSError, ValueError):
             meta = {}
-        empty, total = meta.get("empty_rounds"), record.get("n_rounds")
-        if not _count(empty):  # stored before runs counted them: the rounds' own statuses
+        empty, total = _count(meta.get("empty_rounds")), _count(record.get("n_rounds"))
+        if empty is None:  # stored before runs counted them: the rounds' own statuses
             empty = int(counted.get(run_id, 0))
-        if not (_count(empty) and _count(total)) or not 2 * empty > total > 0:
+        if total is None or not 2 * empty > total > 0:
             continue
         notes = meta.get("warnings")
         said = "; ".join(map(str, notes)) if isinstance(notes, list) else ""
@@ -548,6 +548,7 @@ def _mostly_empty(store: Store, chosen: Choice) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _count(value: Any) -> bool:
-    """Whether ``value`` is a count read from JSON (an int, not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _count(value: Any) -> int | None:
+    """``value`` if it is a count read from JSON (an int >= 0, not a bool), else ``None``."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return int(value) if ok else None
