@@ -17,6 +17,7 @@ here uses constrained layout, so its labels and legends stay inside it when save
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -310,7 +311,7 @@ def _not_drawn(ax: Any, rows: pd.DataFrame, hue: str | None, x: str) -> None:
         for (_, row), note in zip(rows.iterrows(), why.fillna(""), strict=True)
     ]
     ax.annotate(
-        "no speedup (not drawn): " + "; ".join(lines),
+        textwrap.fill("no speedup (not drawn): " + "; ".join(lines), 110),
         xy=(0, 0),
         xycoords="axes fraction",
         xytext=(0, -40),
@@ -318,7 +319,6 @@ def _not_drawn(ax: Any, rows: pd.DataFrame, hue: str | None, x: str) -> None:
         va="top",
         fontsize="small",
         color="0.3",
-        wrap=True,
     )
 
 

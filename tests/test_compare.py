@@ -137,6 +137,6 @@ def test_speedup_vs_names_a_missing_speedup_instead_of_a_0x_point():
     ax = plots.speedup_vs(sp, "n", by="label")
     drawn = [y for line in ax.get_lines() for y in line.get_ydata() if line.get_marker() == "o"]
     assert drawn == [1.0]  # the baseline's own point; no 0x point for b or c
-    notes = " ".join(t.get_text() for t in ax.texts)
+    notes = " ".join(" ".join(t.get_text().split()) for t in ax.texts)  # wrapped lines
     assert "b, n=10: not reached in 2 of 2 seeds" in notes
     assert "c, n=10: not reached in 1 of 2 seeds" in notes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,7 @@ def _not_drawn(
         for (k, why), v in where.items()
     )
     ax.annotate(
-        f"no speedup (not drawn): {names}",
+        textwrap.fill(f"no speedup (not drawn): {names}", 110),
         xy=(0, 0),
         xycoords="axes fraction",
         xytext=(0, -75 if len(sizes) == 1 else -45),
@@ -227,7 +228,6 @@ def _not_drawn(
         va="top",
         fontsize="small",
         color="0.3",
-        wrap=True,
     )
 
 

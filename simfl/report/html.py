@@ -166,6 +166,20 @@ def write_report(
         recorded=recorded,
     )
     folder.mkdir(parents=True, exist_ok=True)
+    # labels are text from the store: never TeX (a "$" in a label would fail or turn to math)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        shown, table, sections = _draw(store, chosen, folder, say)
+    say("writing time_to_target.csv and index.html")
+    index = folder / "index.html"
+    lines = _page(store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen))
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+def _draw(
+    store: Store, chosen: Choice, folder: Path, say: Callable[[str], None]
+) -> tuple[list[Caption], pd.DataFrame, list[str]]:
+    """Draw every figure and write the CSV tables; the captions, time table and sections."""
     colours = figures.palette(chosen.series)
     say(
         f"{len(chosen.done)} finished runs in {len(chosen.series)} series (by {chosen.by}); "
@@ -193,11 +207,7 @@ def write_report(
         tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
     )
     sections = _group_sections(chosen, tables, caption)
-    say("writing time_to_target.csv and index.html")
-    index = folder / "index.html"
-    lines = _page(store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen))
-    index.write_text("\n".join(lines) + "\n")
-    return index
+    return shown, table, sections
 
 
 def _silent(line: str) -> None:
