@@ -23,14 +23,18 @@
     once on one store compute each run once: a run another sweep is computing is waited for
     and counted as already in the store ("claimed by another sweep"). Prints what ran, was
     skipped or failed, and, with ``--target`` (a metric of the scenarios' tasks, checked before
-    anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI) for each
-    scenario. Exit status 1 if any run of the sweep failed; on Ctrl-C (130) or SIGTERM (143)
-    the workers are stopped and it prints what finished and the command that resumes.
+    anything runs), the time-to-target across seeds (mean with a bootstrap 95% CI, and "not
+    reached in k of n seeds") for each scenario; the target is recorded in
+    ``STORE/report.json`` for ``simfl report``. Exit status 1 if any run of the sweep failed;
+    on Ctrl-C (130) or SIGTERM (143) the workers are stopped and it prints what finished and
+    the command that resumes.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
 ``[--by COLUMN] [--baseline NAME] [--quiet]``
     Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``), with a
     line for each step as it starts (reading the runs, each figure; ``--quiet``: none). Runs
-    that cannot be read are left out, one line each.
+    that cannot be read are left out, one line each. The target is ``--target``, else the one
+    ``simfl sweep --target`` recorded in the store (a bad record: one warning line), else one
+    chosen from the runs.
 ``simfl show DIR``
     Print the summary of a saved results directory, or of the runs of a store (and a line per
     run that cannot be read).
@@ -60,7 +64,6 @@ import dataclasses
 import errno
 import hashlib
 import importlib.util
-import math
 import re
 import shlex
 import signal
@@ -76,11 +79,13 @@ from typing import Any
 import cloudpickle
 
 from simfl.engine import run
+from simfl.report.recorded import RECORD, ReportWarning, parse_target, record_target
 from simfl.results import Results
 from simfl.results.folder import check_destination
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case, ranges_text, with_seeds
+from simfl.sweeps.integrity import MARKER
 from simfl.sweeps.scheduler import SchedulerError, probe_scheduler
 from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning, StoreWriteError
 
@@ -361,36 +366,6 @@ def parse_seeds(text: str) -> list[int]:
     return [seed for r in ranges for seed in r]
 
 
-_TARGET = re.compile(r"^\s*(?P<metric>[^<>=\s]+)\s*(?P<sign><=|>=|<|>)\s*(?P<value>[^<>=]+)$")
-
-
-def parse_target(text: str) -> tuple[str, str, float]:
-    """``"distance<1e-3"`` -> ``("distance", "below", 0.001)``; ``"accuracy>=0.9"`` -> above.
-
-    ``<`` and ``<=`` both mean ``below`` and ``>`` and ``>=`` both mean ``above``: simfl's
-    targets are reached when ``metric <= below`` or ``metric >= above`` (see
-    :class:`simfl.Target`), and the output says so (``accuracy >= 0.9``).
-
-    Raises
-    ------
-    ValueError
-        If ``text`` is not ``metric``, one of ``< <= > >=``, and a finite number.
-    """
-    match = _TARGET.match(text)
-    if match is not None:
-        side = "below" if match["sign"].startswith("<") else "above"
-        try:
-            value = float(match["value"])
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return match["metric"], side, value
-    raise ValueError(
-        f"--target must look like metric<=value or metric>=value (< and > mean the same: "
-        f"reached at <= and >=), e.g. distance<1e-3 or accuracy>=0.9, got {text!r}"
-    )
-
-
 def _check_target(metric: str, cases: Sequence[Case]) -> None:
     """Refuse a ``--target`` metric that no case's task reports, before anything runs."""
     valid = sorted(
@@ -522,9 +497,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 rerun_unknown=args.rerun_unknown,
             )
     except KeyboardInterrupt as exc:
+        _record_target(store, target)
         return _stopped(exc, bool(signals), args, store)
     except StoreWriteError as exc:
         return _unwritable(exc, args, store)
+    _record_target(store, target)
     print(out.summary())
     if target is not None and len(out.failed) < len(out.run_ids):
         metric, side, value = target
@@ -538,6 +515,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if out.failed else 0
 
 
+def _record_target(store: str | Path, target: tuple[str, str, float] | None) -> None:
+    """Record ``--target`` in the store for ``simfl report`` (a warning line if it cannot)."""
+    if target is None or not (Path(store) / MARKER).is_file():
+        return
+    try:
+        record_target(store, target)
+    except OSError as exc:
+        print(
+            f"warning: could not record --target in {Path(store) / RECORD} ({exc}); give "
+            f"simfl report the same --target",
+            file=sys.stderr,
+        )
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from simfl.report import write_report
 
@@ -547,8 +538,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"report folder {out} is an existing file; give a folder (--out)")
     bad = store.check()
-    with warnings.catch_warnings():  # the unreadable runs are listed below instead
-        warnings.simplefilter("ignore", StoreWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore", StoreWarning)  # the unreadable runs are listed below
+        warnings.simplefilter("always", ReportWarning)
         index = write_report(
             store,
             out,
@@ -559,6 +551,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
             baseline=args.baseline,
             progress=None if args.quiet else _say,
         )
+    for warning in caught:
+        if issubclass(warning.category, ReportWarning):
+            print(f"warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     _print_bad(store, bad, "skipped")
     print(f"report     {index}  ({len(list(out.glob('*.png')))} figures)")
     return 0
@@ -691,7 +690,8 @@ def parser() -> argparse.ArgumentParser:
     p_report.add_argument(
         "--target",
         default=None,
-        help='e.g. "distance<1e-3" or "accuracy>=0.9" (default: chosen from the runs)',
+        help='e.g. "distance<1e-3" or "accuracy>=0.9" (default: the sweep\'s --target, '
+        "recorded in the store, else chosen from the runs)",
     )
     p_report.add_argument("--run", default=None, help="run id for the Gantt chart")
     p_report.add_argument(

@@ -35,6 +35,7 @@ __all__ = [
     "collect",
     "energy_targets",
     "energy_to_target",
+    "not_reached_note",
     "speedup",
     "summarize_targets",
     "targets",
@@ -328,6 +329,18 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def not_reached_note(reached: int, runs: int, *, who: str = "") -> str:
+    """``"not reached in k of n seeds"`` (``who`` first, if given), or ``""`` if all reached.
+
+    The one way tables, CSV files and figures say that a target was missed: a seed that never
+    reaches it has time ``inf``, a mean over seeds that include one is ``inf`` (never the mean
+    of the lucky seeds), and a speedup involving one is NaN (never 0x or infinitely fast).
+    """
+    if reached >= runs:
+        return ""
+    return f"{who}{': ' if who else ''}not reached in {runs - reached} of {runs} seeds"
+
+
 def summarize_targets(
     frame: pd.DataFrame,
     metric: str,
@@ -342,8 +355,9 @@ def summarize_targets(
     """Time-to-target across seeds per group: mean, median and bootstrap CI of the mean.
 
     Runs that never reach the target have time ``inf``; a group with any such run has an
-    infinite mean (shown honestly rather than averaged over the lucky runs), and ``reached``
-    says how many made it.
+    infinite mean and mean rounds (shown honestly rather than averaged over the lucky runs),
+    no CI (NaN), ``reached`` of ``runs`` seeds made it, and ``note`` says ``"not reached in k
+    of n seeds"`` (empty when every seed reached it; :func:`not_reached_note`).
 
     Raises
     ------
@@ -355,18 +369,24 @@ def summarize_targets(
     rows = []
     for key, df in per_run.groupby(keys, sort=False, dropna=False):
         t = df["time_to_target"].to_numpy()
-        lo, hi = bootstrap_ci(t, ci=ci, n_boot=n_boot, seed=seed)
+        reached = int(np.isfinite(t).sum())
+        lo, hi = (
+            bootstrap_ci(t, ci=ci, n_boot=n_boot, seed=seed)
+            if reached == len(t)
+            else (math.nan, math.nan)
+        )
         rows.append(
             {
                 **dict(zip(keys, _as_tuple(key), strict=True)),
                 "runs": len(t),
-                "reached": int(np.isfinite(t).sum()),
+                "reached": reached,
                 "mean_time": float(np.mean(t)),
                 "ci_low": lo,
                 "ci_high": hi,
                 "median_time": float(np.median(t)),
                 "mean_rounds": float(np.mean(df["rounds_to_target"])),
                 "final": float(df["final"].mean()),
+                "note": not_reached_note(reached, len(t)),
             }
         )
     return pd.DataFrame(rows)
@@ -388,7 +408,10 @@ def speedup(
 
     ``speedup = mean(T_baseline) / mean(T_group)`` over seeds, where ``T`` is the time to
     target. When both groups ran the same seeds (the same fleets), seeds are resampled in pairs;
-    otherwise independently.
+    otherwise independently. A speedup needs every seed of both groups to reach the target:
+    where a seed of either never does, ``speedup`` and its CI are NaN (never 0x, never
+    infinite) and ``note`` says which side missed it in how many seeds
+    (:func:`not_reached_note`).
 
     Parameters
     ----------
@@ -401,7 +424,9 @@ def speedup(
     -------
     pandas.DataFrame
         One row per group: the ``by`` columns, ``speedup``, ``ci_low``, ``ci_high``,
-        ``mean_time`` and ``baseline_time``.
+        ``mean_time``, ``baseline_time``, ``reached`` of ``runs`` seeds and
+        ``baseline_reached`` of ``baseline_runs`` (NaN without a baseline group), and
+        ``note`` (empty when both reached the target in every seed).
 
     Raises
     ------
@@ -425,11 +450,19 @@ def speedup(
         key = _as_tuple(key)
         base = bases.get(key[1:])
         t = df.set_index("seed")["time_to_target"]
+        reached = int(np.isfinite(t.to_numpy()).sum())
+        base_reached = math.nan if base is None else int(np.isfinite(base.to_numpy()).sum())
         ratio, lo, hi = (
             (math.nan, math.nan, math.nan)
             if base is None
-            else _ratio_ci(base, t, rng, ci=ci, n_boot=n_boot)
+            else _ratio_ci(base, t, rng, ci=ci, n_boot=n_boot)  # drawn even if discarded below:
         )
+        if base is None or reached < t.size or base_reached < base.size:  # others' CIs unchanged
+            ratio, lo, hi = math.nan, math.nan, math.nan
+        note = not_reached_note(reached, t.size)
+        if base is not None and key[0] != baseline:
+            missed = not_reached_note(int(base_reached), base.size, who=f"baseline {baseline}")
+            note = "; ".join(n for n in (note, missed) if n)
         rows.append(
             {
                 **dict(zip(keys, key, strict=True)),
@@ -438,6 +471,11 @@ def speedup(
                 "ci_high": hi,
                 "mean_time": float(t.mean()),
                 "baseline_time": math.nan if base is None else float(base.mean()),
+                "reached": reached,
+                "runs": t.size,
+                "baseline_reached": base_reached,
+                "baseline_runs": math.nan if base is None else base.size,
+                "note": note,
             }
         )
     return pd.DataFrame(rows)

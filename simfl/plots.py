@@ -17,6 +17,7 @@ here uses constrained layout, so its labels and legends stay inside it when save
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -202,7 +203,10 @@ def metric_vs_rounds(
     return ax
 
 
-_SPEEDUP_STATS = frozenset({"speedup", "ci_low", "ci_high", "mean_time", "baseline_time"})
+_SPEEDUP_STATS = frozenset(
+    {"speedup", "ci_low", "ci_high", "mean_time", "baseline_time", "reached", "runs"}
+    | {"baseline_reached", "baseline_runs", "note"}
+)
 
 
 def _one_row_per_point(table: pd.DataFrame, keys: list[str], x: str) -> None:
@@ -243,8 +247,11 @@ def speedup_vs(
     """Speedups (columns ``speedup``, ``ci_low``, ``ci_high``) against column ``x``.
 
     One line per ``by`` group (a column or a list of them; ``palette`` keyed by its values, or
-    tuples of them). On a log axis the ticks are the values of ``x`` when there are at most 12,
-    and minor ticks carry no labels, so that none overlap.
+    tuples of them). Rows whose speedup is not finite (a seed of the group or of the baseline
+    never reached the target: :func:`simfl.compare.speedup` gives NaN) are not points: a note
+    under the axes names them, with the table's ``note``. On a log axis the ticks are the
+    values of ``x`` when there are at most 12, and minor ticks carry no labels, so that none
+    overlap.
 
     Raises
     ------
@@ -256,6 +263,9 @@ def speedup_vs(
     ax = _axes(ax)
     data, hue = (table, None) if not keys else _hue(table, keys)
     colours = _hue_palette(palette, keys) if keys else None
+    finite = np.isfinite(data["speedup"].to_numpy(dtype=np.float64))
+    _not_drawn(ax, data[~finite], hue, x)
+    data = data[finite]
     groups = [(None, data)] if hue is None else list(data.groupby(hue, sort=False))
     for key, df in groups:
         df = df.sort_values(x)
@@ -277,10 +287,39 @@ def speedup_vs(
     )
     if log_x:
         _log_ticks(ax, np.unique(table[x].to_numpy(dtype=np.float64)))
-    if hue is not None:
+    if hue is not None and len(data):
         ax.legend(title=hue, fontsize="small")
     ax.grid(alpha=0.3)
     return ax
+
+
+def _not_drawn(ax: Any, rows: pd.DataFrame, hue: str | None, x: str) -> None:
+    """A note under the axes for the rows of a speedup table with no finite speedup.
+
+    Each says where (the group and ``x``) and why: the table's ``note`` (``"not reached in k
+    of n seeds"``, :func:`simfl.compare.not_reached_note`), else ``no baseline``. Never a point
+    at 0x.
+    """
+    if rows.empty:
+        return
+    why = rows["note"] if "note" in rows.columns else pd.Series("", index=rows.index)
+    lines = [
+        ", ".join(
+            str(v) for v in (None if hue is None else row[hue], f"{x}={row[x]}") if v is not None
+        )
+        + f": {note or 'no baseline'}"
+        for (_, row), note in zip(rows.iterrows(), why.fillna(""), strict=True)
+    ]
+    ax.annotate(
+        textwrap.fill("no speedup (not drawn): " + "; ".join(lines), 110),
+        xy=(0, 0),
+        xycoords="axes fraction",
+        xytext=(0, -40),
+        textcoords="offset points",
+        va="top",
+        fontsize="small",
+        color="0.3",
+    )
 
 
 def _log_ticks(ax: Any, values: np.ndarray) -> None:

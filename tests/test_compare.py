@@ -91,3 +91,52 @@ def test_speedup_on_real_runs_pairs_by_seed():
     assert (
         sp.loc["fastest", "ci_low"] <= sp.loc["fastest", "speedup"] <= sp.loc["fastest", "ci_high"]
     )
+
+
+def _reached_and_missed():
+    """``a`` reaches distance 0.1 in both seeds, ``b`` in none, ``c`` in one of two."""
+    return compare.collect(
+        {
+            "a": [fake([1, 2], [0.5, 0.05], seed=s) for s in (0, 1)],
+            "b": [fake([1, 2], [0.5, 0.5], seed=s) for s in (0, 1)],
+            "c": [fake([1, 2], [0.5, 0.05], seed=0), fake([1, 2], [0.5, 0.5], seed=1)],
+        }
+    )
+
+
+def test_never_reached_is_nan_speedup_with_a_note_never_0x():
+    frame = _reached_and_missed()
+    sp = compare.speedup(frame, "distance", below=0.1, baseline="a").set_index("label")
+    for label, note in (("b", "not reached in 2 of 2 seeds"), ("c", "not reached in 1 of 2 seeds")):
+        row = sp.loc[label]
+        assert math.isnan(row["speedup"]) and math.isnan(row["ci_low"]), row
+        assert math.isnan(row["ci_high"]) and row["note"] == note
+    assert sp.loc["a", "speedup"] == 1.0 and sp.loc["a", "note"] == ""
+    assert (sp.loc["c", "reached"], sp.loc["c", "runs"]) == (1, 2)
+    # the baseline missed: not an infinite speedup either, and the note says whose seeds
+    sp = compare.speedup(frame, "distance", below=0.1, baseline="b").set_index("label")
+    assert math.isnan(sp.loc["a", "speedup"])
+    assert sp.loc["a", "note"] == "baseline b: not reached in 2 of 2 seeds"
+    assert sp.loc["c", "note"] == (
+        "not reached in 1 of 2 seeds; baseline b: not reached in 2 of 2 seeds"
+    )
+    summary = compare.summarize_targets(frame, "distance", below=0.1).set_index("label")
+    assert summary.loc["b", "mean_time"] == math.inf and math.isnan(summary.loc["b", "ci_high"])
+    assert summary.loc["c", "note"] == "not reached in 1 of 2 seeds"
+    assert summary.loc["a", "note"] == "" and summary.loc["a", "ci_low"] == 2.0
+
+
+def test_speedup_vs_names_a_missing_speedup_instead_of_a_0x_point():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from simfl import plots
+
+    frame = _reached_and_missed().assign(n=10)
+    sp = compare.speedup(frame, "distance", below=0.1, baseline="a", by=["label", "n"])
+    ax = plots.speedup_vs(sp, "n", by="label")
+    drawn = [y for line in ax.get_lines() for y in line.get_ydata() if line.get_marker() == "o"]
+    assert drawn == [1.0]  # the baseline's own point; no 0x point for b or c
+    notes = " ".join(" ".join(t.get_text().split()) for t in ax.texts)  # wrapped lines
+    assert "b, n=10: not reached in 2 of 2 seeds" in notes
+    assert "c, n=10: not reached in 1 of 2 seeds" in notes

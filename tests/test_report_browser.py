@@ -160,3 +160,53 @@ def test_screenshot_shows_the_page(report, tmp_path):
     # the figures are drawn down the page, not only the text at its top
     rows = np.flatnonzero(ink.any(axis=1))
     assert rows.max() > 2000
+
+
+#: Appended to a copy of a report of a hostile store: what ran and what the reader sees.
+_SAFETY_PROBE = """<script id="simfl-probe">
+window.addEventListener('load', function () {
+  var scripts = Array.prototype.filter.call(document.scripts, function (s) {
+    return s.id !== 'simfl-probe';
+  });
+  var out = {title: document.title, scripts: scripts.length,
+             svg: document.querySelectorAll('svg').length,
+             images: Array.prototype.map.call(document.images, function (i) {
+               return i.getAttribute('src');
+             }),
+             handlers: document.querySelectorAll('[onerror],[onload],[onmouseover]').length,
+             text: document.body.innerText};
+  var pre = document.createElement('pre');
+  pre.id = 'simfl-check';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_hostile_strings_run_no_script_and_show_as_text(tmp_path):
+    from tests.test_report import (
+        HOSTILE_AXIS,
+        HOSTILE_METRIC,
+        HOSTILE_NAME,
+        PAYLOADS,
+        TRAVERSAL,
+        hostile_store,
+    )
+
+    store = hostile_store(tmp_path / "store")
+    index = write_report(
+        store, tmp_path / "report", target=(HOSTILE_METRIC, "below", 0.9), baseline=PAYLOADS[0]
+    )
+    probe = index.parent / "_browser_check.html"
+    probe.write_text(index.read_text().replace("</body>", _SAFETY_PROBE + "</body>"))
+    dom = _chromium(tmp_path / "profile", "--dump-dom", probe.as_uri()).stdout
+    found = re.search(r'<pre id="simfl-check">(.*?)</pre>', dom, re.S)
+    assert found, "the page never finished loading (no load event within the time budget)"
+    seen = json.loads(html.unescape(found.group(1)))
+    # no script of a payload ran: the title is the page's own, no element or handler came in
+    assert seen["title"] == f"simfl report: {tmp_path / 'store'}"
+    assert seen["scripts"] == 0 and seen["svg"] == 0 and seen["handlers"] == 0
+    assert sorted(seen["images"]) == sorted(FIGURES)
+    # the reader sees every payload as the text it is
+    for payload in (*PAYLOADS, TRAVERSAL, HOSTILE_METRIC, HOSTILE_AXIS, HOSTILE_NAME):
+        assert payload in seen["text"], payload

@@ -18,8 +18,20 @@ settings:
 * ``utilisation.png``: the fraction of simulated time each device spent in a job, per panel;
 * ``staleness.png``: the staleness of the applied updates (0 for synchronous policies).
 
+A target never reached reads the same everywhere: time ``inf`` for the seeds that miss it, no
+speedup (NaN, never 0x) where a seed of the series or of the baseline misses it, and "not
+reached in k of n seeds" in the tables, the CSV files and under the figures. Runs whose rounds
+were mostly empty are flagged at the top; runs of an older version of a scenario (the same
+name, labels and seed with another fingerprint) are left out and listed, never mixed in.
+
+The page is safe to open whoever made the store: every string it shows that comes from a
+store, a scenario or the user (labels, names, metrics, errors, paths) is HTML-escaped, in text
+and attributes, and is plain text (never TeX) in the figures; the files it writes have fixed
+names; reading a store unpickles nothing and runs no code.
+
 :mod:`simfl.report.choose` picks the series, the metric and its target (defaults described
-there), :mod:`simfl.report.figures` draws, :mod:`simfl.report.html` writes the page.
+there; the target ``simfl sweep --target`` recorded, :mod:`simfl.report.recorded`, comes
+first), :mod:`simfl.report.figures` draws, :mod:`simfl.report.html` writes the page.
 """
 
 from simfl.report.html import write_report

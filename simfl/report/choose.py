@@ -9,25 +9,34 @@ scenario name (a column ``scenario``); ``by=`` chooses another. Every other grid
 varies and is not implied by the series and the fleet size (another fleet of the same size,
 a capacity, an algorithm, ...) is a *panel* column, and so is ``n_devices``: each combination
 gets its own panel, table row and speedup, so that no number mixes runs of different
-settings. The target defaults to twice (``goal="min"``) or 98% of (``"max"``) the median over
-runs of each run's best value, rounded to two digits, so that typical runs reach it;
-``target=`` sets it.
+settings. The target is ``target=``, else the one ``simfl sweep --target`` recorded in the
+store (:mod:`simfl.report.recorded`), else twice (``goal="min"``) or 98% of (``"max"``) the
+median over runs of each run's best value, rounded to two digits, so that typical runs reach
+it.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from simfl import compare
+from simfl.report.recorded import RECORD, ReportWarning, Target
 from simfl.sweeps.store import Store
 
-__all__ = ["Choice", "Target", "choose", "panel_title", "speedups", "target_table"]
-
-Target = tuple[str, str, float]
+__all__ = [
+    "Choice",
+    "Target",
+    "choose",
+    "panel_title",
+    "speedups",
+    "target_table",
+    "version_of",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,9 @@ class Choice:
         chosen, in words.
     run_id
         The run whose jobs the Gantt chart shows.
+    older
+        The finished runs left out because they belong to an older version of their case
+        (:func:`version_of`), with a column ``newest``: the version shown instead.
     """
 
     runs: pd.DataFrame
@@ -70,6 +82,7 @@ class Choice:
     value: float
     target_note: str
     run_id: str
+    older: pd.DataFrame
 
     @property
     def target_text(self) -> str:
@@ -107,8 +120,13 @@ def choose(
     run: str | None = None,
     by: str | None = None,
     baseline: str | None = None,
+    recorded: Target | None = None,
 ) -> Choice:
     """What to show of ``store``'s finished runs (options as for :func:`simfl.report.write_report`).
+
+    ``recorded`` is the target the sweep was given (:mod:`simfl.report.recorded`): used when
+    ``target`` is not given and ``metric`` is not another one. If the runs do not report its
+    metric, a :class:`~simfl.report.recorded.ReportWarning` says so and the report chooses.
 
     Raises
     ------
@@ -119,13 +137,28 @@ def choose(
     done = runs[runs["status"] == "done"]
     if done.empty:
         raise ValueError(f"{store.path} has no finished runs to report")
+    done, older = _newest_versions(done)
     labels, by = _series(done, by)
     panels = _panels(labels, by)
     columns = list(dict.fromkeys(["run_id", "n_devices", "policy_name", by, *panels]))
     frame = _with_labels(store.rounds(), labels[columns])
     records = {r["run_id"]: r for r in store.records()}
     first = records[str(done["run_id"].iloc[0])]
+    from_record = False
+    if target is None and recorded is not None and metric in (None, recorded[0]):
+        if recorded[0] in frame.columns:
+            target, from_record = recorded, True
+        else:
+            warnings.warn(
+                ReportWarning(
+                    f"{store.path / RECORD}: the recorded target's metric {recorded[0]!r} is "
+                    f"not a metric of the runs; the report chooses its own target"
+                ),
+                stacklevel=3,
+            )
     metric, side, value, note = _target(frame, first, metric, target)
+    if from_record:
+        note = f"the sweep's --target, recorded in {RECORD}; set another with --target"
     series = [str(v) for v in dict.fromkeys(frame[by])]
     baseline = baseline if baseline is not None else series[0]
     if baseline not in series:
@@ -151,7 +184,38 @@ def choose(
         value=value,
         target_note=note,
         run_id=run_id,
+        older=older,
     )
+
+
+def version_of(fingerprint: Any) -> str:
+    """A run's version as the report shows it: the first 8 hex digits of its fingerprint."""
+    return str(fingerprint)[:8] if isinstance(fingerprint, str) and fingerprint else "?"
+
+
+def _newest_versions(done: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The finished runs of the newest version of every case, and those of older versions.
+
+    A *case* is a scenario name and its grid labels (every label but the seed); a *version*
+    of it is a fingerprint (its values and code, :func:`simfl.sweeps.scenario_fingerprint`).
+    A case swept, edited and swept again has runs of two versions, which no figure or table
+    may mix: the newest (the version whose last run finished last) is shown, the others are
+    left out and listed.
+    """
+    fixed = list(done.columns[: list(done.columns).index("status")])
+    case = done[[c for c in fixed if c not in ("run_id", "seed")]].astype(str)
+    key = case.agg("\x1f".join, axis=1) if len(case.columns) else pd.Series("", done.index)
+    order = done.assign(
+        _case=key, _when=pd.to_datetime(done["finished"], utc=True, errors="coerce")
+    )
+    order = order.sort_values("_when", kind="stable", na_position="first")
+    newest = order.groupby("_case", sort=False)["fingerprint"].last()
+    shown = done["fingerprint"].to_numpy() == key.map(newest).to_numpy()
+    older = done[~shown].assign(
+        version=[version_of(f) for f in done.loc[~shown, "fingerprint"]],
+        newest=[version_of(f) for f in key[~shown].map(newest)],
+    )
+    return done[shown], older
 
 
 def _with_labels(rows: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,8 @@ def speedup_figure(
         ax.text(
             0.5,
             0.5,
-            "no speedup to show\n(only the baseline, or no run reached the target)",
+            "no speedup to show"
+            + ("" if len(speed) and (speed[by] != baseline).any() else "\n(only the baseline)"),
             ha="center",
             va="center",
             transform=ax.transAxes,
@@ -163,6 +165,7 @@ def speedup_figure(
     if not shown.empty:
         ax.set_ylabel(f"speedup over {baseline} (x)")
         ax.set_ylim(bottom=0)
+    if len(speed):
         missing = speed[(speed[by] != baseline) & ~speed.index.isin(shown.index)]
         _not_drawn(ax, missing, by, extra, baseline, sizes)
     ax.set_title(f"Speedup in time to {target}")
@@ -197,19 +200,27 @@ def _speedup_bars(
 def _not_drawn(
     ax: Any, missing: pd.DataFrame, by: str, extra: list[str], baseline: str, sizes: list[int]
 ) -> None:
-    """A note under the axes naming the series whose speedup is not finite (if any)."""
+    """A note under the axes naming the series with no speedup (if any), and why.
+
+    Why is the speedup table's ``note`` (``"not reached in k of n seeds"``, for the series or
+    its baseline), or that the baseline did not run there.
+    """
     if not len(missing):
         return
-    where: dict[str, list[int]] = {}
-    for name, n in zip(_line_names(missing, by, extra), missing["n_devices"], strict=True):
-        where.setdefault(name, []).append(int(n))
+    notes = missing["note"] if "note" in missing.columns else pd.Series("", missing.index)
+    alone = missing["baseline_time"].isna() if "baseline_time" in missing.columns else notes == ""
+    where: dict[tuple[str, str], list[int]] = {}
+    for name, n, note, no_base in zip(
+        _line_names(missing, by, extra), missing["n_devices"], notes.fillna(""), alone, strict=True
+    ):
+        why = note or (f"no {baseline} run there" if no_base else "no finite speedup")
+        where.setdefault((name, why), []).append(int(n))
     names = "; ".join(
-        k if len(sizes) == 1 else f"{k} ({', '.join(map(str, v))} devices)"
-        for k, v in where.items()
+        f"{k} ({why})" if len(sizes) == 1 else f"{k} at {', '.join(map(str, v))} devices ({why})"
+        for (k, why), v in where.items()
     )
     ax.annotate(
-        f"not drawn (a seed of it or of {baseline} never reached the target, or {baseline} "
-        f"did not run there): {names}",
+        textwrap.fill(f"no speedup (not drawn): {names}", 110),
         xy=(0, 0),
         xycoords="axes fraction",
         xytext=(0, -75 if len(sizes) == 1 else -45),
@@ -217,7 +228,6 @@ def _not_drawn(
         va="top",
         fontsize="small",
         color="0.3",
-        wrap=True,
     )
 
 

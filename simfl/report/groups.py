@@ -13,7 +13,8 @@ devices' groups) and returns, per compared series and fleet size:
     evaluated per client (mean over seeds);
 ``energy``
     where the runs recorded energy: mean time and energy to the report's target and mean
-    energy of the whole run (``inf`` when a seed never reached it, as in the time table).
+    energy of the whole run (``inf`` when a seed never reached it, and a ``note`` "not
+    reached in k of n seeds", as in the time table).
 
 :func:`groups_figure` draws them: each group's share of the aggregated updates beside its
 share of the fleet, one panel per fleet size, and, where the runs recorded energy, every run's
@@ -121,6 +122,10 @@ def _energy(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     reached = grouped["energy_to_target"].agg(lambda s: int(np.isfinite(s).sum()))
     out.insert(len(keys), "reached", reached.to_numpy())
     out.insert(len(keys) + 1, "runs", grouped.size().to_numpy())
+    out["note"] = [
+        compare.not_reached_note(int(k), int(n))
+        for k, n in zip(out["reached"], out["runs"], strict=True)
+    ]
     return out
 
 
@@ -158,7 +163,7 @@ def groups_figure(
         f"per {by} (the means)"
     )
     if missing:
-        text += f"; {missing} run(s) that never reached the target are not drawn"
+        text += f"; not drawn: {missing} of {len(energy)} runs, which never reached the target"
     return text + "."
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,22 +17,33 @@ from typing import Any
 import pandas as pd
 
 from simfl.report import figures
-from simfl.report.choose import Choice, Target, choose, speedups, target_table
+from simfl.report.choose import Choice, Target, choose, speedups, target_table, version_of
 from simfl.report.groups import GroupTables, group_tables, groups_figure
+from simfl.report.recorded import ReportWarning, recorded_target
 from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
 
-Caption = tuple[str, str]  # (PNG file name, caption HTML)
+Caption = tuple[str, str]  # (PNG file name, caption as plain text: escaped on the page)
+
+
+def _text(value: Any) -> str:
+    """``value`` as HTML text: ``& < > " '`` escaped, so that it shows literally anywhere.
+
+    Every string the page shows that comes from a store, a scenario or the user (labels,
+    scenario and metric names, run ids, errors, paths, captions that quote them) goes through
+    here, in element text and in attribute values alike.
+    """
+    return html.escape(str(value), quote=True)
 
 
 def _html_table(table: pd.DataFrame) -> str:
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return "" if math.isnan(v) else "not reached" if math.isinf(v) else f"{v:.4g}"
-        return html.escape(str(v))
+        return _text(v)
 
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    head = "".join(f"<th>{_text(c)}</th>" for c in table.columns)
     rows = "".join(
         "<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>"
         for row in table.itertuples(index=False)
@@ -40,7 +52,7 @@ def _html_table(table: pd.DataFrame) -> str:
 
 
 def _interval(mean: float, low: float, high: float) -> str:
-    if math.isinf(mean):
+    if not math.isfinite(mean):
         return "not reached by every seed"
     return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
 
@@ -66,19 +78,13 @@ def _display(table: pd.DataFrame, by: str, extra: list[str], metric: str) -> pd.
     )
     if "speedup" in table:
         out["speedup [95% CI]"] = [
-            ""
-            if math.isnan(v[0])
-            else "target not reached"
-            if math.isinf(t)
-            else f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
-            for t, *v in zip(
-                table["mean_time"],
-                table["speedup"],
-                table["speedup_ci_low"],
-                table["speedup_ci_high"],
-                strict=True,
+            f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" if math.isfinite(v[0]) else "none"
+            for v in zip(
+                table["speedup"], table["speedup_ci_low"], table["speedup_ci_high"], strict=True
             )
         ]
+    if table["note"].astype(bool).any():
+        out["note"] = table["note"]
     return out
 
 
@@ -117,7 +123,10 @@ def write_report(
         The metric to compare (default: the target's, else the runs' first metric).
     target
         ``(metric, "below" | "above", value)``, as parsed from ``"distance<1e-3"`` (default:
-        see :mod:`simfl.report.choose`).
+        the target ``simfl sweep --target`` recorded in ``STORE/report.json``, if the runs
+        report its metric and ``metric`` is not another; else see
+        :mod:`simfl.report.choose`). A record that cannot be used is said in a
+        :class:`~simfl.report.recorded.ReportWarning`.
     run
         The run id whose jobs the Gantt chart shows (default: among the first seed's runs at
         the smallest fleet size, the one whose first rounds show the most job statuses).
@@ -144,8 +153,33 @@ def write_report(
     say(f"checking the files of {store.path}")
     bad = store.check()
     say("reading the runs (rounds, device jobs)")
-    chosen = choose(store, metric=metric, target=target, run=run, by=by, baseline=baseline)
+    recorded, problem = (None, None) if target is not None else recorded_target(store.path)
+    if problem is not None:
+        warnings.warn(ReportWarning(f"{problem}; the report chooses its own target"), stacklevel=2)
+    chosen = choose(
+        store,
+        metric=metric,
+        target=target,
+        run=run,
+        by=by,
+        baseline=baseline,
+        recorded=recorded,
+    )
     folder.mkdir(parents=True, exist_ok=True)
+    # labels are text from the store: never TeX (a "$" in a label would fail or turn to math)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        shown, table, sections = _draw(store, chosen, folder, say)
+    say("writing time_to_target.csv and index.html")
+    index = folder / "index.html"
+    lines = _page(store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen))
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+def _draw(
+    store: Store, chosen: Choice, folder: Path, say: Callable[[str], None]
+) -> tuple[list[Caption], pd.DataFrame, list[str]]:
+    """Draw every figure and write the CSV tables; the captions, time table and sections."""
     colours = figures.palette(chosen.series)
     say(
         f"{len(chosen.done)} finished runs in {len(chosen.series)} series (by {chosen.by}); "
@@ -172,11 +206,8 @@ def write_report(
     caption = groups_figure(
         tables, chosen.by, chosen.target_text, colours=colours, path=folder / "groups_energy.png"
     )
-    sections = _group_sections(chosen, tables, html.escape(caption))
-    say("writing time_to_target.csv and index.html")
-    index = folder / "index.html"
-    index.write_text("\n".join(_page(store, chosen, table, shown, bad, sections)) + "\n")
-    return index
+    sections = _group_sections(chosen, tables, caption)
+    return shown, table, sections
 
 
 def _silent(line: str) -> None:
@@ -191,9 +222,13 @@ def _time_to_target(chosen: Choice, speed: pd.DataFrame) -> pd.DataFrame:
     )
     if speed.empty:
         return table
-    ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high"}
-    cols = [*keys, "speedup", "ci_low", "ci_high"]
-    return table.merge(speed[cols].rename(columns=ci), on=keys, how="left")
+    ci = {"ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high", "note": "speedup_note"}
+    cols = [*keys, "speedup", "ci_low", "ci_high", "note"]
+    out = table.merge(speed[cols].rename(columns=ci), on=keys, how="left")
+    # the speedup's note names the baseline's missed seeds too (a series' own come first)
+    note = out.pop("speedup_note").fillna("")
+    out["note"] = note.where(note != "", out["note"])
+    return out[[c for c in out.columns if c != "note"] + ["note"]]
 
 
 def _metric_figures(chosen: Choice, colours: dict[str, Any], folder: Path) -> list[Caption]:
@@ -250,7 +285,8 @@ def _speedup_figure(
             else f" at each fleet size (devices){', one line per ' + each if extra else ''}"
         )
         + "; bars: paired bootstrap 95% CI over seeds; above 1 is faster than the baseline; "
-        f"a {by} whose mean time is infinite (a seed never reached the target) is not drawn.",
+        f"a {by} without a speedup (a seed of it or of the baseline never reached the target, "
+        "the table's note says how many) is named under the figure, never drawn as 0x.",
     )
 
 
@@ -280,7 +316,7 @@ def _job_figures(
     return [
         (
             "gantt.png",
-            f"Device jobs of run <code>{html.escape(run_id)}</code> ({html.escape(title)}), "
+            f"Device jobs of run {run_id} ({title}), "
             f"{window}: one row per device, colour = status, transfers lighter than compute, "
             f"dotted lines = aggregations. Choose another run with --run.",
         ),
@@ -311,9 +347,9 @@ def _write_group_tables(tables: GroupTables, folder: Path) -> GroupTables:
 def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[str]:
     """The page's sections on who took part (per group, fairness) and on energy.
 
-    ``caption`` is the (escaped) caption of ``groups_energy.png``, shown after the tables.
+    ``caption`` is the caption of ``groups_energy.png`` (plain text), shown after the tables.
     """
-    by, tgt = chosen.by, html.escape(chosen.target_text)
+    by, tgt = chosen.by, _text(chosen.target_text)
     part = tables.participation
     extra = [c for c in chosen.panels if c != "n_devices"]
     shown = pd.DataFrame(
@@ -374,7 +410,7 @@ def _group_sections(chosen: Choice, tables: GroupTables, caption: str) -> list[s
         ]
     lines.append(
         "<figure><img src='groups_energy.png' alt='groups_energy.png'>"
-        f"<figcaption>{caption}</figcaption></figure>"
+        f"<figcaption>{_text(caption)}</figcaption></figure>"
     )
     return lines
 
@@ -389,40 +425,48 @@ def _page(
     shown: list[Caption],
     bad: list[BadRun],
     sections: list[str],
+    empty: pd.DataFrame,
 ) -> list[str]:
     """The lines of ``index.html``.
 
     ``bad``: the runs left out because they cannot be read; ``sections``: the lines on who
-    took part and on energy, shown after the time-to-target table.
+    took part and on energy, shown after the time-to-target table; ``empty``: the runs whose
+    rounds were mostly empty, flagged above it.
     """
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
-    where = html.escape(str(store.path))
-    tgt = html.escape(chosen.target_text)
+    where = _text(str(store.path))
+    tgt = _text(chosen.target_text)
     page = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>simfl report: {where}</title><style>{_CSS}</style></head><body>",
         f"<h1>simfl report: <code>{where}</code></h1>",
         f"<p>{len(chosen.done)} finished runs, {len(failed)} failed"
         + (f", {len(bad)} unreadable (left out, listed below)" if bad else "")
+        + (
+            f", {len(chosen.older)} of older versions of their scenarios (left out, listed below)"
+            if len(chosen.older)
+            else ""
+        )
         + f": {len(chosen.series)} "
-        f"{html.escape(by)} values, fleet size{'s' * (len(sizes) > 1)} "
+        f"{_text(by)} values, fleet size{'s' * (len(sizes) > 1)} "
         f"{', '.join(map(str, sizes))} devices"
-        + "".join(f", {chosen.frame[c].nunique()} values of {html.escape(c)}" for c in chosen.extra)
+        + "".join(f", {chosen.frame[c].nunique()} values of {_text(c)}" for c in chosen.extra)
         + f", {chosen.seeds_text}; one panel and one table row per "
-        f"{html.escape(chosen.panels_text)}. Target: "
-        f"<b>{tgt}</b> ({html.escape(chosen.target_note)}).</p>",
+        f"{_text(chosen.panels_text)}. Target: "
+        f"<b>{tgt}</b> ({_text(chosen.target_note)}).</p>",
         f"<h2>Time to {tgt}</h2><p>Simulated seconds: mean over seeds with a "
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
-        f"speedup over {html.escape(repr(chosen.baseline))} (also in "
+        f"speedup over {_text(repr(chosen.baseline))} (also in "
         f"<code>time_to_target.csv</code>).</p>",
+        *_empty_note(empty),
         _html_table(_display(table, by, chosen.extra, chosen.metric)),
         *sections,
     ]
     for name, caption in shown:
         page.append(
-            f"<figure><img src='{name}' alt='{html.escape(name)}'>"
-            f"<figcaption>{caption}</figcaption></figure>"
+            f"<figure><img src='{_text(name)}' alt='{_text(name)}'>"
+            f"<figcaption>{_text(caption)}</figcaption></figure>"
         )
     if not failed.empty:
         last = failed["error"].map(lambda e: str(e).strip().splitlines()[-1] if e else "?")
@@ -438,7 +482,83 @@ def _page(
             f"<code>.quarantine/</code>; the next sweep runs them again.</p>",
             _html_table(unreadable),
         ]
-    cols = ["run_id", "label", "seed", "status", "n_devices", "n_rounds", "sim_time"]
+    page += _older_section(chosen.older, where)
+    runs = chosen.runs.assign(version=[version_of(f) for f in chosen.runs["fingerprint"]])
+    cols = ["run_id", "label", "seed", "version", "status", "n_devices", "n_rounds", "sim_time"]
     cols += ["host_seconds", "simfl_version", "git_revision", "host", "finished"]
-    page += ["<h2>Runs</h2>", _html_table(chosen.runs[cols].astype(object)), "</body></html>"]
+    page += ["<h2>Runs</h2>", _html_table(runs[cols].astype(object)), "</body></html>"]
     return page
+
+
+def _older_section(older: pd.DataFrame, where: str) -> list[str]:
+    """The runs of older versions of their scenarios, left out (``where``: the store, escaped)."""
+    if older.empty:
+        return []
+    cases = older.drop_duplicates(["label", "version"])
+    return [
+        "<h2>Older versions left out</h2><p>These finished runs share their scenario name, "
+        "grid labels and seed with runs of another version (another fingerprint: the "
+        "scenario's values or code changed between sweeps). No figure or table mixes "
+        f"versions: the report shows the newest version of each of these {len(cases)} "
+        "scenario(s), the one whose last run finished last, and leaves these out. "
+        f"<code>simfl store prune {where}</code> sets them aside.</p>",
+        _html_table(
+            older[["run_id", "label", "seed", "version", "newest", "finished"]]
+            .rename(columns={"newest": "version shown"})
+            .astype(object)
+        ),
+    ]
+
+
+def _empty_note(empty: pd.DataFrame) -> list[str]:
+    """A warning and a table of the runs whose rounds were mostly empty (nobody arrived)."""
+    if empty.empty:
+        return []
+    return [
+        f"<p><b>Warning:</b> in {len(empty)} run(s) more than half of the rounds were empty "
+        "(no update was aggregated: nobody was selected, or nobody arrived in time). Their "
+        "times and curves are those of a server that mostly waited; check the fleet's "
+        "availability and the policy's deadline.</p>",
+        _html_table(empty),
+    ]
+
+
+def _mostly_empty(store: Store, chosen: Choice) -> pd.DataFrame:
+    """The shown runs whose ``meta["empty_rounds"]`` is more than half of their rounds.
+
+    Read from each run's stored ``meta.json``, with its ``meta["warnings"]``; for runs that do
+    not record it (stored by older versions of simfl), the rounds whose status is ``empty``.
+    """
+    series = chosen.frame.drop_duplicates("run_id").set_index("run_id")[chosen.by]
+    played = chosen.frame[chosen.frame["round"] >= 0]
+    counted = (played["status"] == "empty").groupby(played["run_id"]).sum()
+    rows = []
+    for run_id, name in series.items():
+        record = chosen.records[str(run_id)]
+        try:
+            meta = store._meta(record)
+        except (OSError, ValueError):
+            meta = {}
+        empty, total = _count(meta.get("empty_rounds")), _count(record.get("n_rounds"))
+        if empty is None:  # stored before runs counted them: the rounds' own statuses
+            empty = int(counted.get(run_id, 0))
+        if total is None or not 2 * empty > total > 0:
+            continue
+        notes = meta.get("warnings")
+        said = "; ".join(map(str, notes)) if isinstance(notes, list) else ""
+        rows.append(
+            {
+                "run_id": run_id,
+                chosen.by: name,
+                "seed": record.get("seed"),
+                "empty rounds": f"{empty} of {total}",
+                "warnings": said,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _count(value: Any) -> int | None:
+    """``value`` if it is a count read from JSON (an int >= 0, not a bool), else ``None``."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return int(value) if ok else None
