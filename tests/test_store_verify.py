@@ -186,7 +186,7 @@ _WRONG = [
     ("meta_sha256", "abc", "a SHA-256"),
     ("error", 3, "a string or null"),
     ("metrics", "test_mse", "a list of strings"),
-    ("goals", {"test_mse": "down"}, 'an object of "min" or "max"'),
+    ("goals", {"test_mse": 1}, "an object of strings"),
     ("n_devices", -3, "an integer >= 0"),
     ("sim_time", "1.0", "a number >= 0"),
     ("finished", 12, "a string"),

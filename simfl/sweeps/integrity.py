@@ -175,7 +175,7 @@ def open_file(path: Path, cap: int) -> Iterator[tuple[BinaryIO, os.stat_result]]
             raise StoreError(path, f"is {_kind(info.st_mode)}, not a regular file; it is not read")
         if info.st_size > cap:
             raise StoreError(path, f"has {info.st_size} bytes, more than the {cap} a store reads")
-        yield file, info  # type: ignore[misc]
+        yield file, info
 
 
 def _kind(mode: int) -> str:

@@ -92,7 +92,7 @@ def _names(value: Any) -> bool:
 
 def _goals(value: Any) -> bool:
     return isinstance(value, dict) and all(
-        isinstance(k, str) and v in ("min", "max") for k, v in value.items()
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     )
 
 
@@ -127,7 +127,7 @@ FIELDS: Mapping[str, Field] = {
     "algorithm_name": Field(_is_str, "a string"),
     "policy_name": Field(_is_str, "a string"),
     "metrics": Field(_names, "a list of strings"),
-    "goals": Field(_goals, 'an object of "min" or "max"'),
+    "goals": Field(_goals, 'an object of strings ("min" or "max")'),
     "sim_time": Field(_seconds, "a number >= 0"),
     "host_seconds": Field(_seconds, "a number >= 0"),
     "stop_reason": Field(_is_str, "a string"),

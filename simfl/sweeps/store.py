@@ -5,11 +5,13 @@ Layout::
     STORE/
       simfl-store.json                 marks the directory as a store (format version)
       runs/<run_id>/run.json           provenance: labels, seed, fingerprint, status, error,
-                                       the byte sizes of the files below, ...
+                                       the byte sizes of the files below, the SHA-256 of
+                                       meta.json, ...
       runs/<run_id>/rounds.parquet     the run's Results (Results.save layout; absent when the
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
-      runs/<run_id>/meta.json
+      runs/<run_id>/meta.json          ... and the SHA-256 of the two Parquet files
       .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
+      .superseded/<run_id>-<UTC time>/ runs of older versions set aside (never deleted)
 
 A run is written into a hidden ``runs/.partial-...`` directory and renamed to
 ``runs/<run_id>`` in one step, so a run directory that exists is complete: a sweep killed at any
@@ -21,12 +23,35 @@ others sharing a store can read it.
 
 **The store checks itself** (:mod:`simfl.sweeps.integrity`). A file that cannot be read raises
 :class:`~simfl.sweeps.integrity.StoreError`, whose message starts with the file's path. A run
-folder whose ``run.json``, ``meta.json`` or Parquet files are missing, cut short or unreadable
+folder whose ``run.json``, ``meta.json`` or Parquet files are missing, cut short or unreadable,
+or whose ``run.json`` has a field of the wrong type or range (:mod:`simfl.sweeps.record`),
 is left out of :meth:`Store.records`, :meth:`~Store.runs`, :meth:`~Store.rounds` and
 :meth:`~Store.clients` with a :class:`~simfl.sweeps.integrity.StoreWarning` that names it;
 :meth:`Store.check` lists such runs, and with ``repair=True`` moves them into
 ``.quarantine/`` so that the next sweep runs them again (every sweep does this before it
 starts, and ``simfl store check DIR --repair`` does it from the shell).
+
+What a store guarantees:
+
+* **It verifies what it reads.** Every table :meth:`~Store.rounds`, :meth:`~Store.clients` and
+  :meth:`~Store.results` return was checked against the SHA-256 written with it (``meta.json``
+  lists those of the Parquet files, ``run.json`` that of ``meta.json``), so a changed byte
+  leaves the run out with a warning, never changes a number. :meth:`Store.check` hashes every
+  file (``verify=False``, ``simfl store check --fast``: sizes, footers and JSON only). A file
+  is hashed at most once per process unless it changed.
+* **It touches nothing outside itself.** A store whose ``runs/``, ``.quarantine/``,
+  ``.superseded/`` or marker is a symbolic link is refused when opened, with one line naming
+  it; every path it moves or writes is checked to lie inside it first. A run folder or file
+  that is a link is a run that cannot be read; repairing moves the link itself, never what it
+  points to. Run ids that are paths (``../x``) are not runs.
+* **Reading it cannot hang or exhaust memory.** Files are opened without following links or
+  waiting on FIFOs, and only regular files up to a cap are read (16 MiB of JSON, 4 GiB of
+  Parquet): a FIFO, a device or a huge file is a run that cannot be read.
+* **Reading it runs no code**: records are JSON, tables Parquet; nothing is unpickled.
+* **Older versions are set aside, never deleted**: :meth:`Store.prune` (``simfl store prune``)
+  moves the runs an edited scenario superseded into ``.superseded/``
+  (:mod:`simfl.sweeps.versions` says which); readers never read ``.quarantine/`` or
+  ``.superseded/``.
 
 The marker ``simfl-store.json`` is never rewritten: if it is unreadable, opening the store
 raises a one-line :class:`~simfl.sweeps.integrity.StoreError` naming it and what it should
@@ -41,6 +66,7 @@ another process got there first, and a store that appears meanwhile is opened, n
 >>> # store.runs()            # one row of provenance per run
 >>> # store.clients(run_id)   # the device jobs of one run
 >>> # store.check()           # the runs that cannot be read, and why
+>>> # store.prune()           # set aside the runs of older versions of a scenario
 """
 
 from __future__ import annotations
@@ -301,8 +327,8 @@ class Store:
         if record is None:
             raise ValueError(f"run {run_id!r} is not in {self.path}")
         meta = self._meta(record)
-        tables = (self._table(record, name) for name in ("rounds", "clients"))
-        return Results.from_tables(*tables, meta)
+        rounds, clients = self._table(record, "rounds"), self._table(record, "clients")
+        return Results.from_tables(rounds, clients, meta)
 
     def _select(self, run_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         if run_ids is None:
