@@ -9,6 +9,7 @@ store run in a subprocess with a time and memory limit.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -56,12 +57,20 @@ def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m simfl.cli ARGS`` with a time limit and 2 GiB of address space."""
-    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**31, 2**31))"
-    code = f"{limit}\nimport sys\nfrom simfl.cli import main\nsys.exit(main(sys.argv[1:]))"
+def _cli(*commands: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``simfl`` commands in one subprocess with a time limit and 2 GiB of address space.
+
+    Prints each command's exit status after its output (``exit N``).
+    """
+    code = (
+        "import json, resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2**31, 2**31))\n"
+        "from simfl.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    print(f'exit {main(argv)}', flush=True)\n"
+    )
     return subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-c", code, json.dumps(commands)],
         capture_output=True,
         text=True,
         timeout=_PATIENCE,
@@ -183,45 +192,49 @@ def test_a_fifo_named_run_json_is_unreadable_not_a_hang(swept):
     record = path / "runs" / victim / "run.json"
     record.unlink()
     os.mkfifo(record)
-    for args in (["store", "check", str(path)], ["show", str(path)]):
-        done = _cli(*args)
-        assert f"unreadable {victim}: run.json is a FIFO, not a regular file" in done.stdout
-        assert "Traceback" not in done.stderr
-    done = _cli("store", "check", str(path), "--repair")
-    assert done.returncode == 0 and f"moved      {victim}: run.json is a FIFO" in done.stdout
+    done = _cli(["show", str(path)], ["store", "check", str(path), "--repair"])
+    shown, repaired = done.stdout.split("exit 0\n")[:2]
+    assert f"unreadable {victim}: run.json is a FIFO, not a regular file" in shown
+    assert f"moved      {victim}: run.json is a FIFO" in repaired
+    assert done.stdout.endswith("exit 0\n") and "Traceback" not in done.stderr
+    (moved,) = (path / ".quarantine").iterdir()
+    assert (moved / "run.json").is_fifo()
 
 
-@pytest.mark.parametrize("name", ["run.json", "meta.json", "clients.parquet"])
-def test_a_file_linked_to_dev_zero_is_not_read(swept, name):
+def test_a_run_json_linked_to_dev_zero_is_not_read(swept):
+    path, first = swept
+    victim = first.run_ids[1]
+    file = path / "runs" / victim / "run.json"
+    file.unlink()
+    file.symlink_to("/dev/zero")
+    done = _cli(["store", "check", str(path)], ["show", str(path)])
+    assert done.stdout.count(f"unreadable {victim}: run.json is a symbolic link") == 2
+    assert "exit 1\n" in done.stdout and done.stdout.endswith("exit 0\n"), done.stderr
+
+
+@pytest.mark.parametrize("name", ["meta.json", "clients.parquet"])
+def test_a_result_file_linked_to_a_device_is_not_read(swept, name):
     path, first = swept
     victim = first.run_ids[1]
     file = path / "runs" / victim / name
     file.unlink()
     file.symlink_to("/dev/zero")
-    done = _cli("store", "check", str(path))
-    assert done.returncode == 1, done.stderr
-    assert f"unreadable {victim}: {name} is a symbolic link" in done.stdout
-
-
-@pytest.mark.parametrize(("name", "size"), [("run.json", 17 * 2**20), ("meta.json", 2**40)])
-def test_a_huge_file_is_not_read(swept, name, size):
-    path, first = swept
-    victim = first.run_ids[0]
-    file = path / "runs" / victim / name
-    with open(file, "r+b") as f:  # sparse: no disk space, but a huge size
-        f.truncate(size)
-    done = _cli("store", "check", str(path))
-    assert done.returncode == 1, done.stderr
-    assert f"unreadable {victim}: {name} has {size} bytes, more than the" in done.stdout
-
-
-def test_a_huge_parquet_file_is_not_read(swept):
-    path, first = swept
-    victim = first.run_ids[0]
-    with open(path / "runs" / victim / "rounds.parquet", "r+b") as f:
-        f.truncate(5 * 2**30)
     (bad,) = Store(path).check()
-    assert (
-        bad.reason
-        == f"rounds.parquet has {5 * 2**30} bytes, more than the {4 * 2**30} a store reads"
-    )
+    assert bad.run_id == victim and bad.reason.startswith(f"{name} is a symbolic link")
+
+
+@pytest.mark.parametrize(
+    ("name", "size", "cap"),
+    [
+        ("run.json", 17 * 2**20, 16 * 2**20),
+        ("meta.json", 2**40, 16 * 2**20),
+        ("rounds.parquet", 5 * 2**30, 4 * 2**30),
+    ],
+)
+def test_a_huge_file_is_not_read(swept, name, size, cap):
+    path, first = swept
+    victim = first.run_ids[0]
+    with open(path / "runs" / victim / name, "r+b") as f:  # sparse: a huge size, no disk space
+        f.truncate(size)
+    (bad,) = Store(path).check()
+    assert bad.reason == f"{name} has {size} bytes, more than the {cap} a store reads"
