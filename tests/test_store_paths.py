@@ -38,10 +38,13 @@ def _sweep(path: Path) -> sweeps.SweepOutcome:
 
 
 @pytest.fixture
-def swept(tmp_path: Path) -> tuple[Path, sweeps.SweepOutcome]:
-    """A store of two finished timing-only runs, and the sweep that wrote it."""
+def swept(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+    """A store of two finished timing-only runs, and their run ids.
+
+    (Not the sweep's outcome: its repr reads the store, and a failing test's report shows it.)
+    """
     path = tmp_path / "s"
-    return path, _sweep(path)
+    return path, _sweep(path).run_ids
 
 
 def _user_folder(tmp_path: Path) -> tuple[Path, set[str]]:
@@ -97,8 +100,8 @@ def test_a_store_whose_runs_folder_is_a_link_is_refused_and_the_target_untouched
 
 
 def test_a_store_whose_quarantine_is_a_link_is_refused_and_no_run_leaves(swept, tmp_path, capsys):
-    path, first = swept
-    (path / "runs" / first.run_ids[0] / "run.json").write_text("{}")  # a run to move aside
+    path, ids = swept
+    (path / "runs" / ids[0] / "run.json").write_text("{}")  # a run to move aside
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (path / ".quarantine").symlink_to(elsewhere, target_is_directory=True)
@@ -110,12 +113,12 @@ def test_a_store_whose_quarantine_is_a_link_is_refused_and_no_run_leaves(swept, 
     with pytest.raises(StoreError, match="is a symbolic link"):
         _sweep(path)
     assert list(elsewhere.iterdir()) == []
-    assert sorted(p.name for p in (path / "runs").iterdir()) == sorted(first.run_ids)
+    assert sorted(p.name for p in (path / "runs").iterdir()) == sorted(ids)
 
 
 @pytest.mark.parametrize("name", [".superseded", "simfl-store.json"])
 def test_a_store_whose_other_entries_are_links_is_refused(swept, tmp_path, name):
-    path, _ = swept
+    path, _ids = swept
     target = tmp_path / "target"
     if name.endswith(".json"):
         target.write_text((path / name).read_text())
@@ -128,8 +131,8 @@ def test_a_store_whose_other_entries_are_links_is_refused(swept, tmp_path, name)
 
 
 def test_a_run_folder_that_is_a_link_is_listed_and_moved_as_a_link(swept, tmp_path):
-    path, first = swept
-    victim = first.run_ids[1]
+    path, ids = swept
+    victim = ids[1]
     outside = tmp_path / "copy-of-a-run"
     (path / "runs" / victim).rename(outside)  # a whole, good run, but outside the store
     before = _tree(outside)
@@ -138,7 +141,7 @@ def test_a_run_folder_that_is_a_link_is_listed_and_moved_as_a_link(swept, tmp_pa
     (bad,) = store.check()
     assert bad.run_id == victim and "is a symbolic link, not a run folder" in bad.reason
     with pytest.warns(StoreWarning, match=victim):
-        assert set(store.status()) == {first.run_ids[0]}
+        assert set(store.status()) == {ids[0]}
     (moved,) = store.check(repair=True)
     assert moved.moved_to is not None and moved.moved_to.parent == path / ".quarantine"
     assert moved.moved_to.is_symlink() and os.readlink(moved.moved_to) == str(outside)
@@ -150,8 +153,8 @@ def test_a_run_folder_that_is_a_link_is_listed_and_moved_as_a_link(swept, tmp_pa
 
 @pytest.mark.parametrize("name", ["run.json", "meta.json", "rounds.parquet"])
 def test_a_file_of_a_run_that_is_a_link_is_not_followed(swept, tmp_path, name):
-    path, first = swept
-    victim = first.run_ids[0]
+    path, ids = swept
+    victim = ids[0]
     real = path / "runs" / victim / name
     copy = tmp_path / name
     real.rename(copy)  # the same bytes, reached through a link
@@ -161,7 +164,7 @@ def test_a_file_of_a_run_that_is_a_link_is_not_followed(swept, tmp_path, name):
 
 
 def test_stale_partials_are_removed_without_following_links(swept, tmp_path):
-    path, _ = swept
+    path, _ids = swept
     mine, before = _user_folder(tmp_path)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -177,7 +180,7 @@ def test_stale_partials_are_removed_without_following_links(swept, tmp_path):
 
 @pytest.mark.parametrize("run_id", ["../s", "..", "/etc", ".quarantine", "a/b"])
 def test_run_ids_that_are_paths_are_not_runs(swept, run_id):
-    path, _ = swept
+    path, _ids = swept
     store = Store(path)
     assert store.record(run_id) is None
     with pytest.raises(ValueError, match="is not in"):
@@ -187,8 +190,8 @@ def test_run_ids_that_are_paths_are_not_runs(swept, run_id):
 
 
 def test_a_fifo_named_run_json_is_unreadable_not_a_hang(swept):
-    path, first = swept
-    victim = first.run_ids[0]
+    path, ids = swept
+    victim = ids[0]
     record = path / "runs" / victim / "run.json"
     record.unlink()
     os.mkfifo(record)
@@ -202,8 +205,8 @@ def test_a_fifo_named_run_json_is_unreadable_not_a_hang(swept):
 
 
 def test_a_run_json_linked_to_dev_zero_is_not_read(swept):
-    path, first = swept
-    victim = first.run_ids[1]
+    path, ids = swept
+    victim = ids[1]
     file = path / "runs" / victim / "run.json"
     file.unlink()
     file.symlink_to("/dev/zero")
@@ -214,8 +217,8 @@ def test_a_run_json_linked_to_dev_zero_is_not_read(swept):
 
 @pytest.mark.parametrize("name", ["meta.json", "clients.parquet"])
 def test_a_result_file_linked_to_a_device_is_not_read(swept, name):
-    path, first = swept
-    victim = first.run_ids[1]
+    path, ids = swept
+    victim = ids[1]
     file = path / "runs" / victim / name
     file.unlink()
     file.symlink_to("/dev/zero")
@@ -232,8 +235,8 @@ def test_a_result_file_linked_to_a_device_is_not_read(swept, name):
     ],
 )
 def test_a_huge_file_is_not_read(swept, name, size, cap):
-    path, first = swept
-    victim = first.run_ids[0]
+    path, ids = swept
+    victim = ids[0]
     with open(path / "runs" / victim / name, "r+b") as f:  # sparse: a huge size, no disk space
         f.truncate(size)
     (bad,) = Store(path).check()
