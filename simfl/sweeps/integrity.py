@@ -381,7 +381,7 @@ def check_files(folder: Path, record: Mapping[str, Any], *, verify: bool = True)
 
 
 def _entry(path: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    entry = listed(dict(manifest), path.name)
+    entry = listed(manifest, path.name)
     if entry is None:
         raise StoreError(path, f"is not listed in the {MANIFEST} of meta.json")
     return entry
@@ -393,11 +393,12 @@ def _match(path: Path, size: int, digest: str | None, entry: dict[str, Any]) -> 
         raise StoreError(path, f"is not the file written with the run: {wrong}")
 
 
-def read_table(folder: Path, name: str, manifest: Mapping[str, Any] | None) -> bytes:
+def read_table(folder: Path, name: str, manifest: Any) -> bytes:
     """The verified bytes of the Parquet file ``name`` of a run folder.
 
     ``manifest`` is the :data:`~simfl.results.folder.MANIFEST` of the run's ``meta.json``
-    (``None`` for runs saved before it existed: read unchecked, as ``Results.load`` does).
+    (``None``, or anything but an object, for runs saved before it existed: read unchecked,
+    as :func:`check_files` and ``Results.load`` do).
 
     Raises
     ------
@@ -406,7 +407,7 @@ def read_table(folder: Path, name: str, manifest: Mapping[str, Any] | None) -> b
         lists (size, SHA-256).
     """
     path = folder / name
-    if manifest is None:
+    if not isinstance(manifest, dict):
         return read_file(path, PARQUET_CAP)
     entry = _entry(path, manifest)
     data, info = _read(path, PARQUET_CAP)
