@@ -38,11 +38,17 @@
 ``simfl show DIR``
     Print the summary of a saved results directory, or of the runs of a store (and a line per
     run that cannot be read).
-``simfl store check DIR [--repair]``
-    List the runs of a store that cannot be read (a missing or cut-short ``run.json``,
-    ``meta.json`` or Parquet file), with the reason; ``--repair`` moves them into
-    ``DIR/.quarantine/`` so that the next sweep runs them again. Exit status 1 if an unreadable
-    run is left in place.
+``simfl store check DIR [--repair] [--fast]``
+    List the runs of a store that cannot be read (a missing, cut-short or changed
+    ``run.json``, ``meta.json`` or Parquet file, a field of ``run.json`` that is not valid, a
+    symbolic link or special file), with the reason; ``--repair`` moves them into
+    ``DIR/.quarantine/`` so that the next sweep runs them again. Every file's SHA-256 is
+    checked; ``--fast`` checks sizes only. Exit status 1 if an unreadable run is left in place.
+``simfl store prune DIR [--dry-run]``
+    Set aside the runs of older versions of a scenario (same name, seed and grid labels,
+    another fingerprint: the scenario was edited between sweeps), keeping the run that finished
+    last (:mod:`simfl.sweeps.versions`); they are moved into ``DIR/.superseded/``, never
+    deleted. Prints each run set aside.
 
 Errors a user can fix (a bad argument, a scenario file that does not import, an output path
 that cannot be written, a full disk, an unreachable scheduler or a peer that is not one) are
@@ -87,7 +93,14 @@ from simfl.sweeps.executors import EXECUTORS
 from simfl.sweeps.grid import Case, ranges_text, with_seeds
 from simfl.sweeps.integrity import MARKER
 from simfl.sweeps.scheduler import SchedulerError, probe_scheduler
-from simfl.sweeps.store import QUARANTINE, BadRun, Store, StoreWarning, StoreWriteError
+from simfl.sweeps.store import (
+    QUARANTINE,
+    SUPERSEDED,
+    BadRun,
+    Store,
+    StoreWarning,
+    StoreWriteError,
+)
 
 __all__ = [
     "MAX_SEEDS",
@@ -581,7 +594,7 @@ def _print_bad(store: Store, bad: list[BadRun], word: str) -> None:
 
 def _cmd_store_check(args: argparse.Namespace) -> int:
     store = Store(args.directory)
-    bad = store.check(repair=args.repair)
+    bad = store.check(repair=args.repair, verify=not args.fast)
     with warnings.catch_warnings():  # the unreadable runs are listed below instead
         warnings.simplefilter("ignore", StoreWarning)
         readable = len(store.records())
@@ -592,6 +605,20 @@ def _cmd_store_check(args: argparse.Namespace) -> int:
         f"{moved} moved aside"
     )
     return 1 if moved < len(bad) else 0
+
+
+def _cmd_store_prune(args: argparse.Namespace) -> int:
+    store = Store(args.directory)
+    older = store.prune(dry_run=args.dry_run)
+    word = "would move" if args.dry_run else "set aside"
+    for one in older:
+        print(f"{word:<10} {one}")
+    where = store.path / SUPERSEDED
+    print(
+        f"store      {store.path}: {len(older)} run(s) of older versions "
+        + (f"would be moved into {where}/ (--dry-run)" if args.dry_run else f"moved into {where}/")
+    )
+    return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -705,7 +732,7 @@ def parser() -> argparse.ArgumentParser:
     p_show = sub.add_parser("show", help="summarise a saved results directory or a store")
     p_show.add_argument("directory")
     p_show.set_defaults(func=_cmd_show)
-    p_store = sub.add_parser("store", help="check a results store")
+    p_store = sub.add_parser("store", help="check a results store, or prune old versions")
     store_sub = p_store.add_subparsers(dest="action", required=True)
     p_check = store_sub.add_parser(
         "check", help="list the runs that cannot be read; --repair moves them aside"
@@ -716,7 +743,18 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move unreadable runs into DIR/.quarantine/ so that the next sweep runs them again",
     )
+    p_check.add_argument(
+        "--fast", action="store_true", help="check file sizes only, not their SHA-256"
+    )
     p_check.set_defaults(func=_cmd_store_check)
+    p_prune = store_sub.add_parser(
+        "prune", help="move runs of older versions of a scenario into DIR/.superseded/"
+    )
+    p_prune.add_argument("directory", help="results store written by simfl sweep")
+    p_prune.add_argument(
+        "--dry-run", action="store_true", help="only print what would be set aside"
+    )
+    p_prune.set_defaults(func=_cmd_store_prune)
     return parser
 
 

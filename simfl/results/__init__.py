@@ -486,8 +486,19 @@ class Results:
             unless they hold the temporary files of an interrupted save.
         """
         frames, meta = folder.read(directory, ("rounds", "clients"))
-        rounds = _with_status_dtype(frames["rounds"], _round_status_dtype())
-        clients = _with_status_dtype(frames["clients"], _job_status_dtype())
+        return cls.from_tables(frames["rounds"], frames["clients"], meta)
+
+    @classmethod
+    def from_tables(
+        cls, rounds: pd.DataFrame, clients: pd.DataFrame, meta: dict[str, Any]
+    ) -> Results:
+        """Results from the tables and metadata of a saved folder, read and checked elsewhere.
+
+        ``status`` columns get back their categories (which Parquet drops from an empty
+        column), as in :meth:`load`.
+        """
+        rounds = _with_status_dtype(rounds, _round_status_dtype())
+        clients = _with_status_dtype(clients, _job_status_dtype())
         return cls(rounds, clients, meta)
 
 

@@ -37,7 +37,16 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["MANIFEST", "META", "check_destination", "publish", "read"]
+__all__ = [
+    "MANIFEST",
+    "META",
+    "check_destination",
+    "listed",
+    "mismatch",
+    "publish",
+    "read",
+    "sha256",
+]
 
 #: The metadata file, written last; it carries the manifest.
 META = "meta.json"
@@ -148,7 +157,7 @@ def _write_folder(where: Path, tables: dict[str, pd.DataFrame], meta: dict[str, 
     for name, frame in tables.items():
         data = frame.to_parquet(None, index=False)
         _write(where / f"{name}.parquet", data)
-        files[f"{name}.parquet"] = {"bytes": len(data), "sha256": _sha256(data)}
+        files[f"{name}.parquet"] = {"bytes": len(data), "sha256": sha256(data)}
     text = json.dumps({**meta, MANIFEST: files}, indent=2, sort_keys=True, allow_nan=True)
     _write(where / META, (text + "\n").encode())
     _fsync(where)
@@ -204,19 +213,33 @@ def read(
 
 
 def _check_file(src: Path, name: str, data: bytes, manifest: Any) -> None:
-    entry = manifest.get(name) if isinstance(manifest, dict) else None
-    if not isinstance(entry, dict):
+    entry = listed(manifest, name)
+    if entry is None:
         raise ValueError(f"results folder {src} is incomplete: {META} does not list {name}")
-    problem = ""
-    if len(data) != entry.get("bytes"):
-        problem = f"it has {len(data)} bytes, {META} lists {entry.get('bytes')}"
-    elif _sha256(data) != entry.get("sha256"):
-        problem = f"its SHA-256 differs from the one {META} lists"
+    problem = mismatch(len(data), sha256(data), entry)
     if problem:
         raise ValueError(
             f"results folder {src} is mixed or incomplete: {name} does not belong to its "
             f"{META} ({problem}); its files come from different saves: run or save it again"
         )
+
+
+def listed(manifest: Any, name: str) -> dict[str, Any] | None:
+    """The entry of the manifest of ``meta.json`` for the file ``name``, if it lists one."""
+    entry = manifest.get(name) if isinstance(manifest, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def mismatch(size: int, digest: str | None, entry: dict[str, Any]) -> str:
+    """How a file of ``size`` bytes and SHA-256 ``digest`` differs from its manifest ``entry``.
+
+    An empty string if it matches; ``digest=None`` compares the size alone.
+    """
+    if size != entry.get("bytes"):
+        return f"it has {size} bytes, {META} lists {entry.get('bytes')}"
+    if digest is not None and digest != entry.get("sha256"):
+        return f"its SHA-256 differs from the one {META} lists"
+    return ""
 
 
 def _check_legacy(src: Path, names: list[str]) -> None:
@@ -294,7 +317,8 @@ def _fsync(directory: Path) -> None:
         os.close(fd)
 
 
-def _sha256(data: bytes) -> str:
+def sha256(data: bytes) -> str:
+    """The SHA-256 of ``data`` in hexadecimal (as the manifest lists it)."""
     return hashlib.sha256(data).hexdigest()
 
 

@@ -11,6 +11,8 @@
 * :mod:`simfl.sweeps.claims`: the claims on runs that let sweeps share a store;
 * :mod:`simfl.sweeps.integrity`: how the store checks its files (:class:`StoreError`,
   :class:`BadRun`);
+* :mod:`simfl.sweeps.record`: the fields of a stored run's ``run.json`` and what they may hold;
+* :mod:`simfl.sweeps.versions`: which stored runs are older versions of an edited scenario;
 * :mod:`simfl.sweeps.fingerprint`: stable fingerprints of scenarios, part of every run id.
 """
 

@@ -5,15 +5,16 @@ Layout::
     STORE/
       simfl-store.json                 marks the directory as a store (format version)
       runs/<run_id>/run.json           provenance: labels, seed, fingerprint, status, error,
-                                       the byte sizes of the files below, ...
+                                       the byte sizes of the files below, the SHA-256 of
+                                       meta.json, ...
       runs/<run_id>/rounds.parquet     the run's Results (Results.save layout; absent when the
       runs/<run_id>/clients.parquet    run failed before it produced any rows)
-      runs/<run_id>/meta.json
+      runs/<run_id>/meta.json          ... and the SHA-256 of the two Parquet files
       runs/.claim-<run_id>             the claim of the sweep computing the run
                                        (:mod:`simfl.sweeps.claims`)
       .quarantine/<run_id>-<UTC time>/ unreadable run folders moved aside (never deleted)
-      .superseded/<run_id>-<UTC time>/ runs replaced by a run of the same values computed by
-                                       other code (never deleted, never read)
+      .superseded/<run_id>-<UTC time>/ runs replaced by a run of other code, or of older
+                                       versions of a scenario (never deleted, never read)
 
 A run's ``run.json`` records the code behind it (``code``, ``code_parts``: see
 :mod:`simfl.sweeps.identity`). A sweep reruns a stored run whose code differs from today's and
@@ -31,12 +32,35 @@ others sharing a store can read it.
 
 **The store checks itself** (:mod:`simfl.sweeps.integrity`). A file that cannot be read raises
 :class:`~simfl.sweeps.integrity.StoreError`, whose message starts with the file's path. A run
-folder whose ``run.json``, ``meta.json`` or Parquet files are missing, cut short or unreadable
+folder whose ``run.json``, ``meta.json`` or Parquet files are missing, cut short or unreadable,
+or whose ``run.json`` has a field of the wrong type or range (:mod:`simfl.sweeps.record`),
 is left out of :meth:`Store.records`, :meth:`~Store.runs`, :meth:`~Store.rounds` and
 :meth:`~Store.clients` with a :class:`~simfl.sweeps.integrity.StoreWarning` that names it;
 :meth:`Store.check` lists such runs, and with ``repair=True`` moves them into
 ``.quarantine/`` so that the next sweep runs them again (every sweep does this before it
 starts, and ``simfl store check DIR --repair`` does it from the shell).
+
+What a store guarantees:
+
+* **It verifies what it reads.** Every table :meth:`~Store.rounds`, :meth:`~Store.clients` and
+  :meth:`~Store.results` return was checked against the SHA-256 written with it (``meta.json``
+  lists those of the Parquet files, ``run.json`` that of ``meta.json``), so a changed byte
+  leaves the run out with a warning, never changes a number. :meth:`Store.check` hashes every
+  file (``verify=False``, ``simfl store check --fast``: sizes, footers and JSON only). A file
+  is hashed at most once per process unless it changed.
+* **It touches nothing outside itself.** A store whose ``runs/``, ``.quarantine/``,
+  ``.superseded/`` or marker is a symbolic link is refused when opened, with one line naming
+  it; every path it moves or writes is checked to lie inside it first. A run folder or file
+  that is a link is a run that cannot be read; repairing moves the link itself, never what it
+  points to. Run ids that are paths (``../x``) are not runs.
+* **Reading it cannot hang or exhaust memory.** Files are opened without following links or
+  waiting on FIFOs, and only regular files up to a cap are read (16 MiB of JSON, 4 GiB of
+  Parquet): a FIFO, a device or a huge file is a run that cannot be read.
+* **Reading it runs no code**: records are JSON, tables Parquet; nothing is unpickled.
+* **Older versions are set aside, never deleted**: :meth:`Store.prune` (``simfl store prune``)
+  moves the runs an edited scenario superseded into ``.superseded/``
+  (:mod:`simfl.sweeps.versions` says which); readers never read ``.quarantine/`` or
+  ``.superseded/``.
 
 The marker ``simfl-store.json`` is never rewritten: if it is unreadable, opening the store
 raises a one-line :class:`~simfl.sweeps.integrity.StoreError` naming it and what it should
@@ -51,12 +75,14 @@ another process got there first, and a store that appears meanwhile is opened, n
 >>> # store.runs()            # one row of provenance per run
 >>> # store.clients(run_id)   # the device jobs of one run
 >>> # store.check()           # the runs that cannot be read, and why
+>>> # store.prune()           # set aside the runs of older versions of a scenario
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import shutil
@@ -73,6 +99,7 @@ import pandas as pd
 
 from simfl.compare import collect
 from simfl.results import Results
+from simfl.results.folder import MANIFEST, sha256
 from simfl.sweeps.integrity import (
     MARKER,
     BadRun,
@@ -85,7 +112,10 @@ from simfl.sweeps.integrity import (
     match_mode,
     read_json,
     read_run,
+    read_table,
 )
+from simfl.sweeps.record import STATUSES
+from simfl.sweeps.versions import SetAside, older_versions
 
 __all__ = [
     "QUARANTINE",
@@ -93,19 +123,20 @@ __all__ = [
     "SUPERSEDED",
     "BadRun",
     "MemoryStore",
+    "SetAside",
     "Store",
     "StoreError",
     "StoreWarning",
     "StoreWriteError",
 ]
 
-#: Status of a stored run: ``done`` (the run ended normally) or ``failed`` (it raised, recorded
-#: an error, or its worker was lost; ``error`` says why).
-STATUSES = ("done", "failed")
 #: The folder of a store that unreadable runs are moved into.
 QUARANTINE = ".quarantine"
-#: The folder of a store that runs replaced by runs of other code are moved into.
+#: The folder of a store that runs replaced by runs of other code, or of older versions of a
+#: scenario, are moved into.
 SUPERSEDED = ".superseded"
+#: The entries of a store that must be what they are, never symbolic links.
+_LAYOUT = (("runs", True), (QUARANTINE, True), (SUPERSEDED, True), (MARKER, False))
 _PARTIAL = ".partial-"
 #: Provenance columns that legitimately differ between two executions of the same run.
 VOLATILE = ("started", "finished", "host", "host_seconds", "git_revision", "simfl_version")
@@ -153,19 +184,54 @@ class Store:
         If ``path`` is not a store (and ``create`` is false, or it is a non-empty directory
         that is not a store).
     StoreError
-        If the marker ``simfl-store.json`` cannot be read or has another format (a
-        ``ValueError`` naming the file).
+        If the marker ``simfl-store.json`` cannot be read or has another format, or the
+        marker, ``runs/``, ``.quarantine/`` or ``.superseded/`` is a symbolic link or not what
+        it should be (a ``ValueError`` naming it).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
         self.path = Path(path)
         self.runs_dir = self.path / "runs"
         marker = self.path / MARKER
-        if create and not marker.exists():
+        if create and not os.path.lexists(marker):
             create_store(self.path)
-        if not marker.exists():
+        if not os.path.lexists(marker):
             raise ValueError(f"{self.path} is not a simfl results store (no {MARKER})")
+        self._check_layout()
         check_marker(marker)
+
+    def _check_layout(self) -> None:
+        """Refuse a store whose marker or folders are symbolic links (or not what they are).
+
+        A store never follows a link: what it reads, moves and writes stays inside it.
+        """
+        for name, folder in _LAYOUT:
+            entry = self.path / name
+            if entry.is_symlink():
+                raise StoreError(
+                    entry,
+                    f"is a symbolic link (to {os.readlink(entry)}); a store's {name} must be "
+                    f"inside it, so this store is not used (simfl never follows the link)",
+                )
+            if folder and os.path.lexists(entry) and not entry.is_dir():
+                raise StoreError(entry, f"is not a folder; a store's {name} must be one")
+
+    def _inside(self, path: Path) -> Path:
+        """``path`` after checking that the folder holding it lies inside the store."""
+        self._check_layout()
+        root = os.path.realpath(self.path)
+        where = os.path.realpath(path.parent)
+        if os.path.commonpath([root, where]) != root or path.name in ("", ".", ".."):
+            raise StoreError(path, f"is outside the store {self.path}; it is not touched")
+        return path
+
+    def _folder(self, run_id: str) -> Path | None:
+        """The folder of ``run_id`` under ``runs/``; ``None`` if that cannot be a run's name."""
+        if not isinstance(run_id, str) or not run_id or run_id.startswith("."):
+            return None
+        if any(sep in run_id for sep in ("/", "\\", "\0")):
+            return None
+        return self.runs_dir / run_id
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}: {len(self.records())} runs)"
@@ -188,16 +254,17 @@ class Store:
         StoreError
             If the run's folder exists but the run cannot be read (naming the file).
         """
-        folder = self.runs_dir / run_id
-        if not os.path.lexists(folder):
+        folder = self._folder(run_id)
+        if folder is None or not os.path.lexists(folder):
             return None
-        return read_run(folder)
+        return read_run(folder, verify=False)
 
-    def check(self, repair: bool = False) -> list[BadRun]:
+    def check(self, repair: bool = False, *, verify: bool = True) -> list[BadRun]:
         """The run folders that cannot be read, and why; with ``repair``, moved aside.
 
         A folder is moved to ``.quarantine/<run_id>-<UTC time>/`` (never deleted), so the
-        next sweep runs it again. A folder that is gone or readable by the time it would be
+        next sweep runs it again; an entry that is a symbolic link is moved as a link (what it
+        points to is never touched). A folder that is gone or readable by the time it would be
         moved (another process repaired or replaced it) is not listed.
 
         Parameters
@@ -205,16 +272,19 @@ class Store:
         repair
             Move the unreadable runs aside. Those that cannot be moved (permissions, ...)
             are listed with ``moved_to=None`` and the reason.
+        verify
+            Check every file's SHA-256 against the one written with it (each file at most
+            once per process); ``False`` checks sizes, Parquet footers and JSON only.
 
         Returns
         -------
         list of BadRun
             One per unreadable run folder, by folder name.
         """
-        _, bad = self._scan()
+        _, bad = self._scan(verify=verify)
         if not repair:
             return bad
-        moved = (self._quarantine(b) for b in bad)
+        moved = (self._quarantine(b, verify=verify) for b in bad)
         return [b for b in moved if b is not None]
 
     def status(self) -> dict[str, str]:
@@ -246,7 +316,7 @@ class Store:
             if record["status"] != "done" and not (failed and record.get("has_results")):
                 continue
             try:
-                rows, meta = self._table(record["run_id"], "rounds"), self._meta(record)
+                rows, meta = self._table(record, "rounds"), self._meta(record)
             except StoreError as exc:
                 bad.append(bad_run(self.runs_dir / record["run_id"], exc))
                 continue
@@ -270,7 +340,7 @@ class Store:
             if record["status"] != "done":
                 continue
             try:
-                jobs = self._table(record["run_id"], "clients")
+                jobs = self._table(record, "clients")
             except StoreError as exc:
                 bad.append(bad_run(self.runs_dir / record["run_id"], exc))
                 continue
@@ -289,15 +359,14 @@ class Store:
         ------
         ValueError
             If the run is not stored; a :class:`StoreError` naming the file if it cannot be
-            read.
+            read or is not the file written with the run (its SHA-256).
         """
-        if self.record(run_id) is None:
+        record = self.record(run_id)
+        if record is None:
             raise ValueError(f"run {run_id!r} is not in {self.path}")
-        folder = self.runs_dir / run_id
-        try:
-            return Results.load(folder)
-        except Exception as exc:  # pyarrow's errors, OSError, JSON errors: name the run
-            raise StoreError(folder, f"cannot be read ({exc})") from None
+        meta = self._meta(record)
+        rounds, clients = self._table(record, "rounds"), self._table(record, "clients")
+        return Results.from_tables(rounds, clients, meta)
 
     def _select(self, run_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         if run_ids is None:
@@ -310,18 +379,29 @@ class Store:
             out.append(record)
         return out
 
-    def _table(self, run_id: str, name: str) -> pd.DataFrame:
-        path = self.runs_dir / run_id / f"{name}.parquet"
+    def _table(self, record: dict[str, Any], name: str) -> pd.DataFrame:
+        """A verified Parquet table of a run (checked against its ``meta.json``)."""
+        folder = self.runs_dir / record["run_id"]
+        manifest = self._meta(record, manifest=True).get(MANIFEST)
+        data = read_table(folder, f"{name}.parquet", manifest)
         try:
-            return pd.read_parquet(path)
-        except Exception as exc:  # pyarrow's errors and OSError: name the file
+            return pd.read_parquet(io.BytesIO(data))
+        except Exception as exc:  # pyarrow's errors: name the file
+            path = folder / f"{name}.parquet"
             raise StoreError(path, f"is not a readable Parquet file ({exc})") from None
 
-    def _meta(self, record: dict[str, Any]) -> dict[str, Any]:
-        return read_json(self.runs_dir / record["run_id"] / "meta.json")
+    def _meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:
+        """The verified ``meta.json`` of a run (with its manifest if ``manifest``)."""
+        meta = read_json(
+            self.runs_dir / record["run_id"] / "meta.json", sha=record.get("meta_sha256")
+        )
+        if manifest:
+            return meta
+        return {k: v for k, v in meta.items() if k != MANIFEST}
 
-    def _scan(self) -> tuple[list[dict[str, Any]], list[BadRun]]:
+    def _scan(self, *, verify: bool = False) -> tuple[list[dict[str, Any]], list[BadRun]]:
         """The records of the readable runs, and the run folders that cannot be read."""
+        self._check_layout()
         try:
             folders = sorted(e for e in self.runs_dir.iterdir() if not e.name.startswith("."))
         except FileNotFoundError:  # a store whose creator stopped before it made runs/
@@ -329,11 +409,11 @@ class Store:
         good, bad = [], []
         for folder in folders:
             try:
-                good.append(read_run(folder))
+                good.append(read_run(folder, verify=verify))
             except StoreError as exc:
                 # read again: a failed run being replaced is briefly absent (see publish)
                 with contextlib.suppress(StoreError):
-                    good.append(read_run(folder))
+                    good.append(read_run(folder, verify=verify))
                     continue
                 if os.path.lexists(folder):
                     bad.append(bad_run(folder, exc))
@@ -351,28 +431,95 @@ class Store:
                 stacklevel=3,
             )
 
-    def _quarantine(self, bad: BadRun) -> BadRun | None:
+    def _quarantine(self, bad: BadRun, *, verify: bool = True) -> BadRun | None:
         """Move an unreadable run folder into ``.quarantine/``; ``None`` if there is no need.
 
         Returns the run with ``moved_to`` set, or unmoved with the reason it could not be
         moved; ``None`` if the folder is gone (moved by another process) or was readable after
         all (replaced meanwhile by a good copy, which is put back).
         """
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        dest = self.path / QUARANTINE / f"{bad.run_id}-{stamp}"
         try:
-            dest.parent.mkdir(exist_ok=True)
-            os.rename(bad.folder, dest)
+            dest = self._move_aside(bad.folder, QUARANTINE)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except (OSError, StoreError) as exc:
             return replace(bad, reason=f"{bad.reason}; it cannot be moved aside ({exc})")
         try:
-            read_run(dest, run_id=bad.run_id)
+            read_run(dest, run_id=bad.run_id, verify=verify)
         except StoreError:
             return replace(bad, moved_to=dest)
         _rename_dir(dest, bad.folder)  # a good copy: back in place (kept aside if one is there)
         return None
+
+    def _move_aside(self, entry: Path, into: str) -> Path:
+        """Rename the entry ``entry`` of ``runs/`` to ``<into>/<name>-<UTC time>`` in one step.
+
+        A symbolic link is moved as a link (``rename`` never follows it); both ends are
+        checked to lie inside the store first.
+
+        Raises
+        ------
+        FileNotFoundError
+            If ``entry`` is gone.
+        StoreError
+            If either end is outside the store (a folder of the store is a link).
+        """
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        dest = self._inside(self.path / into / f"{entry.name}-{stamp}")
+        source = self._inside(self.runs_dir / entry.name)
+        dest.parent.mkdir(exist_ok=True)
+        self._inside(dest)  # made just now: still a folder of the store, not a link
+        os.rename(source, dest)
+        return dest
+
+    def supersede(self, run_id: str) -> Path:
+        """Set a stored run aside into ``.superseded/<run_id>-<UTC time>/`` (never deleted).
+
+        The run folder is renamed in one step (a symbolic link is moved as a link), after
+        checking that both ends lie inside the store. Readers never read ``.superseded/``.
+
+        Returns
+        -------
+        Path
+            Where the run is now.
+
+        Raises
+        ------
+        ValueError
+            If the run is not stored (or was moved meanwhile); a :class:`StoreError` if the
+            store's folders are not its own (a symbolic link).
+        """
+        folder = self._folder(run_id)
+        if folder is None or not os.path.lexists(folder):
+            raise ValueError(f"run {run_id!r} is not in {self.path}")
+        try:
+            return self._move_aside(folder, SUPERSEDED)
+        except FileNotFoundError:
+            raise ValueError(f"run {run_id!r} is not in {self.path} (moved meanwhile)") from None
+
+    def prune(self, *, dry_run: bool = False) -> list[SetAside]:
+        """Set aside the runs of older versions of each scenario (see :mod:`~.versions`).
+
+        Runs with the same scenario name, seed and grid labels but another fingerprint are
+        versions of one run (the scenario was edited between sweeps); the one that finished
+        last is kept and the others are moved into ``.superseded/`` with :meth:`supersede`.
+
+        Parameters
+        ----------
+        dry_run
+            Only say what would be set aside (``moved_to`` stays ``None``).
+
+        Returns
+        -------
+        list of SetAside
+            One per older run, with the run kept in its place and where it was moved.
+        """
+        with warnings.catch_warnings():  # unreadable runs are check's business, not prune's
+            warnings.simplefilter("ignore", StoreWarning)
+            older = older_versions(self.records())
+        if dry_run:
+            return older
+        return [replace(one, moved_to=self.supersede(one.run_id)) for one in older]
 
     # ----------------------------------------------------------------- writing
     def publish(
@@ -407,13 +554,16 @@ class Store:
     ) -> bool:
         record = {**record, "has_results": results is not None}
         host, pid, token = socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8]
-        tmp = self.runs_dir / f"{_PARTIAL}{record['run_id']}+{host}+{pid}+{token}"
-        final = self.runs_dir / record["run_id"]
+        final = self._folder(record["run_id"])
+        if final is None:
+            raise ValueError(f"run id must be a folder name, got {record['run_id']!r}")
+        tmp = self._inside(self.runs_dir / f"{_PARTIAL}{final.name}+{host}+{pid}+{token}")
         try:
             tmp.mkdir(parents=True)
             if results is not None:
                 results.save(tmp)
                 record["files"] = file_sizes(tmp)
+                record["meta_sha256"] = sha256((tmp / "meta.json").read_bytes())
             (tmp / "run.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
             match_mode(tmp / "run.json", (p for p in tmp.iterdir() if p.is_file()))
             _sync(tmp)
@@ -428,25 +578,18 @@ class Store:
             if stored is None:  # gone meanwhile, or moved aside just now
                 return _rename_dir(tmp, final)
             if supersede and stored.get("code") != record.get("code"):
-                self._set_aside(final, SUPERSEDED)
+                with contextlib.suppress(FileNotFoundError):  # another worker replaced it already
+                    self._move_aside(final, SUPERSEDED)
                 return _rename_dir(tmp, final)
             if stored["status"] != "failed" or not replace_failed:
                 return False
-            trash = final.with_name(f".trash-{final.name}+{token}")
+            trash = self._inside(final.with_name(f".trash-{final.name}+{token}"))
             with contextlib.suppress(FileNotFoundError):  # another worker replaced it already
                 os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            _remove(trash)
             return _rename_dir(tmp, final)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    def _set_aside(self, folder: Path, where: str) -> None:
-        """Move a run folder into ``where/<run_id>-<UTC time>/`` (gone already: nothing)."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        dest = self.path / where / f"{folder.name}-{stamp}"
-        dest.parent.mkdir(exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):  # another worker replaced it already
-            os.rename(folder, dest)
+            _remove(tmp)
 
     def remove_stale_partials(self) -> int:
         """Delete partial run directories left on this host by processes that no longer exist.
@@ -456,12 +599,13 @@ class Store:
         """
         host = socket.gethostname()
         removed = 0
+        self._check_layout()
         for entry in self.runs_dir.glob(f"{_PARTIAL}*"):
             parts = entry.name[len(_PARTIAL) :].split("+")
             if len(parts) != 4 or parts[1] != host or not parts[2].isdigit():
                 continue
             if not _alive(int(parts[2])):
-                shutil.rmtree(entry, ignore_errors=True)
+                _remove(self._inside(entry))
                 removed += 1
         return removed
 
@@ -476,6 +620,18 @@ def _sync(directory: Path) -> None:
             pass
         finally:
             os.close(fd)
+
+
+def _remove(entry: Path) -> None:
+    """Delete a folder the store made; a symbolic link in its place is unlinked, not followed.
+
+    ``shutil.rmtree`` does not follow the links inside the folder either.
+    """
+    if entry.is_symlink():
+        with contextlib.suppress(OSError):
+            entry.unlink()
+        return
+    shutil.rmtree(entry, ignore_errors=True)
 
 
 def _rename_dir(src: Path, dst: Path) -> bool:
@@ -568,7 +724,7 @@ class MemoryStore(Store):
     def record(self, run_id: str) -> dict[str, Any] | None:  # noqa: D102
         return self._records.get(run_id)
 
-    def check(self, repair: bool = False) -> list[BadRun]:  # noqa: D102
+    def check(self, repair: bool = False, *, verify: bool = True) -> list[BadRun]:  # noqa: D102
         return []
 
     def results(self, run_id: str) -> Results:  # noqa: D102
@@ -576,9 +732,9 @@ class MemoryStore(Store):
             raise ValueError(f"run {run_id!r} has no results")
         return self._results[run_id]
 
-    def _table(self, run_id: str, name: str) -> pd.DataFrame:
-        frame: pd.DataFrame = getattr(self._results[run_id], name)
+    def _table(self, record: dict[str, Any], name: str) -> pd.DataFrame:
+        frame: pd.DataFrame = getattr(self._results[record["run_id"]], name)
         return frame.copy()
 
-    def _meta(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:
         return self._results[record["run_id"]].meta
