@@ -163,6 +163,22 @@ def test_load_refuses_a_damaged_file(tmp_path, damage):
         Results.load(out)
 
 
+@pytest.mark.parametrize("name", ["meta.json", "rounds.parquet"])
+def test_load_reads_no_link_and_no_file_beyond_its_cap(tmp_path, monkeypatch, name):
+    out = _results(0).save(tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    (out / name).rename(elsewhere)
+    (out / name).symlink_to(elsewhere)  # the same bytes, through a link: not read
+    with pytest.raises(ValueError, match=f"{name} is a symbolic link; simfl never follows"):
+        Results.load(out)
+    (out / name).unlink()
+    elsewhere.rename(out / name)
+    cap = (out / name).stat().st_size - 1  # one byte over the cap: refused, not read
+    monkeypatch.setattr(folder, "JSON_CAP" if name.endswith(".json") else "PARQUET_CAP", cap)
+    with pytest.raises(ValueError, match=f"{name} has {cap + 1} bytes, more than the {cap}"):
+        Results.load(out)
+
+
 def test_load_of_a_file_or_nothing_says_what_it_found(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="is a file, not a simfl results folder"):

@@ -11,6 +11,8 @@ private run folder) is filled in place instead: there is nothing in it to mix wi
 ``meta.json`` is written last and doubles as the completeness marker: its ``"_files"`` entry
 lists every table file with its size and SHA-256. :func:`read` checks them and refuses a folder
 whose files do not match (files copied together from different saves, a truncated file).
+A folder may come from someone else, so every file is read as a regular file of bounded size,
+never through a symbolic link and never waiting on a FIFO (:mod:`simfl.results.files`).
 
 Folders written before the manifest existed (no ``"_files"`` in ``meta.json``) are still read:
 their files cannot be checked, but one left by an interrupted save of that version (which wrote
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from simfl.results.files import JSON_CAP, PARQUET_CAP, read_regular
 
 __all__ = [
     "MANIFEST",
@@ -195,7 +199,7 @@ def read(
             f"{src} is not a simfl results directory (missing {missing}){_leftovers(src)}"
         )
     try:
-        meta = json.loads((src / META).read_text())
+        meta = json.loads(read_regular(src / META, JSON_CAP).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"results folder {src}: {META} is not valid JSON ({exc})") from None
     if not isinstance(meta, dict):
@@ -205,7 +209,7 @@ def read(
         _check_legacy(src, names)
     frames = {}
     for table, name in zip(tables, names, strict=True):
-        data = (src / name).read_bytes()
+        data = read_regular(src / name, PARQUET_CAP)
         if manifest is not None:
             _check_file(src, name, data, manifest)
         frames[table] = pd.read_parquet(io.BytesIO(data))

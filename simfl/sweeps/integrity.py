@@ -34,11 +34,9 @@ a ``ValueError`` whose message starts with the file's path. A run that is not re
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
-import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,6 +46,7 @@ from typing import Any, BinaryIO
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from simfl.results.files import JSON_CAP, PARQUET_CAP, UnreadableFileError, open_regular
 from simfl.results.folder import MANIFEST, listed, mismatch, sha256
 from simfl.sweeps.record import problem as record_problem
 
@@ -81,10 +80,6 @@ MARKER = "simfl-store.json"
 MARKER_TEXT = json.dumps({"format": FORMAT, "kind": "simfl results store"}) + "\n"
 #: The files of a run with results (``Results.save``).
 RESULT_FILES = ("rounds.parquet", "clients.parquet", "meta.json")
-#: The most bytes a store reads of ``run.json``, ``meta.json`` and the marker.
-JSON_CAP = 16 * 2**20
-#: The most bytes a store reads of a Parquet file.
-PARQUET_CAP = 4 * 2**30
 #: Files changed less than this long ago (nanoseconds) are hashed again at every read.
 _RACY_NS = 2_000_000_000
 #: Bytes hashed at a time while a file is checked.
@@ -144,8 +139,9 @@ class BadRun:
 def open_file(path: Path, cap: int) -> Iterator[tuple[BinaryIO, os.stat_result]]:
     """Open ``path`` for reading if it is a regular file of at most ``cap`` bytes.
 
-    Opened without following a symbolic link and without waiting on a FIFO; the opened file's
-    own status is checked, so what is checked is what is read.
+    :func:`simfl.results.files.open_regular`: opened without following a symbolic link and
+    without waiting on a FIFO; the opened file's own status is checked, so what is checked is
+    what is read.
 
     Yields
     ------
@@ -158,35 +154,11 @@ def open_file(path: Path, cap: int) -> Iterator[tuple[BinaryIO, os.stat_result]]
         If it is missing, a symbolic link, a FIFO, a device, a folder, larger than ``cap`` or
         cannot be opened.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
-        raise StoreError(path, "is a symbolic link; a store never follows links")
     try:
-        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise StoreError(path, "is missing") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
-            raise StoreError(path, "is a symbolic link; a store never follows links") from None
-        raise StoreError(path, f"cannot be read ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb", buffering=0) as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreError(path, f"is {_kind(info.st_mode)}, not a regular file; it is not read")
-        if info.st_size > cap:
-            raise StoreError(path, f"has {info.st_size} bytes, more than the {cap} a store reads")
-        yield file, info
-
-
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "a special file")
+        with open_regular(path, cap, reader="a store") as opened:
+            yield opened
+    except UnreadableFileError as exc:
+        raise StoreError(exc.path, exc.problem) from None
 
 
 def read_file(path: Path, cap: int, *, sha: str | None = None) -> bytes:
