@@ -193,14 +193,19 @@ _WRONG = [
 ]
 
 
-@pytest.mark.parametrize(("field", "value", "expected"), _WRONG)
-def test_a_bad_field_of_run_json_is_listed_never_a_traceback(swept, capsys, field, value, expected):
-    path, out = swept
-    victim = out.run_ids[0]
-    file = path / "runs" / victim / "run.json"
+def _spoil(store: Path, run_id: str, field: str, value: object) -> str:
+    """Set ``field`` of a stored run's ``run.json`` to ``value``; return the run id."""
+    file = store / "runs" / run_id / "run.json"
     record = json.loads(file.read_text())
     record[field] = value
     file.write_text(json.dumps(record))
+    return run_id
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), _WRONG)
+def test_a_bad_field_of_run_json_is_listed_never_a_traceback(swept, capsys, field, value, expected):
+    path, out = swept
+    victim = _spoil(path, out.run_ids[0], field, value)
     reason = f'run.json has "{field}": {value!r}; it must be {expected}'
     store = Store(path)
     (bad,) = store.check()
@@ -221,11 +226,7 @@ def test_a_bad_field_of_run_json_is_listed_never_a_traceback(swept, capsys, fiel
 @pytest.mark.parametrize(("field", "value"), [("position", "x"), ("seed", "abc")])
 def test_report_lists_a_bad_run_json_and_reports_the_others(swept, tmp_path, capsys, field, value):
     path, out = swept
-    victim = out.run_ids[0]
-    file = path / "runs" / victim / "run.json"
-    record = json.loads(file.read_text())
-    record[field] = value
-    file.write_text(json.dumps(record))
+    victim = _spoil(path, out.run_ids[0], field, value)
     assert main(["report", str(path), "--out", str(tmp_path / "report"), "--quiet"]) == 0
     assert f'skipped    {victim}: run.json has "{field}"' in capsys.readouterr().out
 

@@ -137,23 +137,7 @@ class BadRun:
 
 @contextlib.contextmanager
 def open_file(path: Path, cap: int) -> Iterator[tuple[BinaryIO, os.stat_result]]:
-    """Open ``path`` for reading if it is a regular file of at most ``cap`` bytes.
-
-    :func:`simfl.results.files.open_regular`: opened without following a symbolic link and
-    without waiting on a FIFO; the opened file's own status is checked, so what is checked is
-    what is read.
-
-    Yields
-    ------
-    tuple
-        The open binary file and its status (``os.fstat``).
-
-    Raises
-    ------
-    StoreError
-        If it is missing, a symbolic link, a FIFO, a device, a folder, larger than ``cap`` or
-        cannot be opened.
-    """
+    """:func:`simfl.results.files.open_regular` for a store: its refusals as :class:`StoreError`."""
     try:
         with open_regular(path, cap, reader="a store") as opened:
             yield opened
