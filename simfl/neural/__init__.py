@@ -74,7 +74,8 @@ from simfl.neural.data import (
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
 from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
-from simfl.neural.task import ClientImages, ImageClassification
+from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
+from simfl.neural.task import ClientData, ClientImages, ImageClassification, Supervised
 from simfl.neural.train import SGD, Phase
 
 __all__ = [
@@ -96,7 +97,13 @@ __all__ = [
     "MLP",
     "MNIST",
     "SGD",
+    "ClientData",
     "ClientImages",
+    "Model",
+    "ModelCheckError",
+    "ModuleNet",
+    "Objective",
+    "Supervised",
     "DataSource",
     "Dataset",
     "DatasetNotFoundError",

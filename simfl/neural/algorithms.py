@@ -65,14 +65,16 @@ Shared departures from the published code, for all of them:
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
 from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
-from simfl.neural.models import Net, Params
-from simfl.neural.task import ImageClassification
+from simfl.neural.models import ModelSpec, Net, Params
+from simfl.neural.module import ModuleNet
+from simfl.neural.task import Supervised
 from simfl.neural.train import DEFAULT_SGD, SGD, Phase
 from simfl.outcome import Outcome
 
@@ -307,22 +309,36 @@ class LGFedAvg(NeuralAlgorithm):
         check_int("LGFedAvg.pretrain_rounds", self.pretrain_rounds, low=0)
         _check_common("LGFedAvg", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def global_names(self, network: Net) -> tuple[str, ...]:
-        """The global layers of ``network``."""
+    def global_names(self, network: Net | ModuleNet) -> tuple[str, ...]:
+        """The global layers of ``network`` (a tuple of patterns is matched to its layers)."""
         if isinstance(self.global_layers, str):
-            return network.lg_global[self.global_layers]
-        return self.global_layers
+            split = network.lg_global.get(self.global_layers)
+            if split is None:
+                raise ValueError(
+                    f"LGFedAvg.global_layers={self.global_layers!r}: the module "
+                    f"{network.name} declares no such split; give Model(..., "
+                    f"global_layers=(patterns...)) or LGFedAvg(global_layers=(patterns...))"
+                )
+            return split
+        return network.resolve_layers("LGFedAvg.global_layers", self.global_layers)
 
-    def check_model(self, task: ImageClassification) -> None:  # noqa: D102
+    def check_network(self, network: Net | ModuleNet) -> None:  # noqa: D102
+        glob = set(self.global_names(network))
+        if glob >= set(network.layer_names) - set(network.local_layers):
+            raise ValueError("LGFedAvg.global_layers must leave at least one local layer")
+
+    def check_model(self, task: Supervised) -> None:  # noqa: D102
+        if not isinstance(task.model, ModelSpec):
+            return  # a module's layers are known once it is built (check_network)
         names = task.model.layer_names
         if isinstance(self.global_layers, tuple):
-            unknown = [n for n in self.global_layers if n not in names]
+            unknown = [p for p in self.global_layers if not fnmatch.filter(names, p)]
             if unknown:
                 raise ValueError(
-                    f"LGFedAvg.global_layers {unknown} are not layers of the model; its layers "
+                    f"LGFedAvg.global_layers {unknown} match no layer of the model; its layers "
                     f"are {list(names)}"
                 )
-            if set(self.global_layers) == set(names):
+            if {n for p in self.global_layers for n in fnmatch.filter(names, p)} == set(names):
                 raise ValueError("LGFedAvg.global_layers must leave at least one local layer")
 
     def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102

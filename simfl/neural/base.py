@@ -50,8 +50,9 @@ from numpy.typing import NDArray
 from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.network import Payload
 from simfl.neural.models import Net, Params
-from simfl.neural.task import ClientImages, ImageClassification
-from simfl.neural.train import SGD, Phase, evaluate_cohort, train_cohort
+from simfl.neural.module import ModuleNet
+from simfl.neural.task import ClientData, Supervised
+from simfl.neural.train import SGD, Phase, score_cohort, train_cohort
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
@@ -69,8 +70,8 @@ EVAL_CHUNK = 32
 class NeuralState:
     """Server parameters, each client's local parameters, and what ``work`` needs."""
 
-    network: Net
-    #: The server's parameters (no client axis).
+    network: Net | ModuleNet
+    #: The server's parameters and buffers (no client axis).
     shared: Params
     #: The local parameters of a client that has none of its own yet.
     local_default: Params
@@ -109,11 +110,11 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     finetune_from: str = "own"
 
     # ------------------------------------------------------------------ what subclasses say
-    def local_layers(self, network: Net) -> tuple[str, ...]:
+    def local_layers(self, network: Net | ModuleNet) -> tuple[str, ...]:
         """Layers each client keeps between rounds (the rest is shared)."""
         raise NotImplementedError
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:
+    def phases(self, network: Net | ModuleNet) -> tuple[Phase, ...]:
         """The local schedule of one round."""
         raise NotImplementedError
 
@@ -125,24 +126,32 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         """Names of the parameters sent down and up each round (default: the shared ones)."""
         return tuple(state.shared)
 
-    def check_model(self, task: ImageClassification) -> None:
+    def check_model(self, task: Supervised) -> None:
         """Raise ``ValueError`` if the task's network does not suit this algorithm."""
+
+    def check_network(self, network: Net | ModuleNet) -> None:
+        """Raise ``ValueError`` if the built network does not suit this algorithm."""
 
     # ------------------------------------------------------------------ the contract
     def check(self, task: Task | None) -> None:  # noqa: D102
-        if not isinstance(task, ImageClassification):
+        if not isinstance(task, Supervised):
             raise ValueError(
-                f"Scenario.task must be a simfl.neural.ImageClassification for "
-                f"{type(self).__name__}, got {task!r}"
+                f"Scenario.task must be a simfl.neural.ImageClassification or Supervised "
+                f"for {type(self).__name__}, got {task!r}"
             )
         self.check_model(task)
 
-    def initial_state(self, data: ClientImages, streams: Streams) -> NeuralState:
-        """Parameters from the keyed stream ``"neural/init"`` (PyTorch's default init law)."""
+    def initial_state(self, data: ClientData, streams: Streams) -> NeuralState:
+        """Parameters from the keyed stream ``"neural/init"`` (the model's own initialisation).
+
+        A module's normalisation layers stay local under ``Model(norm="local")`` (FedBN),
+        whatever the algorithm shares.
+        """
         net = data.network
+        self.check_network(net)
         seed = int(streams.generator("neural/init").integers(2**63))
         params = net.init(torch.Generator().manual_seed(seed))
-        local = set(net.params_of(self.local_layers(net)))
+        local = set(net.names_of((*self.local_layers(net), *net.local_layers)))
         return NeuralState(
             network=net,
             shared={n: p for n, p in params.items() if n not in local},
@@ -176,7 +185,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     def partial_updates(
         self,
         state: NeuralState,
-        data: ClientImages,
+        data: ClientData,
         clients: IntArray,
         round: int,
         streams: Streams,
@@ -193,7 +202,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     def local_updates(
         self,
         state: NeuralState,
-        data: ClientImages,
+        data: ClientData,
         clients: IntArray,
         round: int,
         streams: Streams,
@@ -219,6 +228,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
             limit=limit,
         )
         trained = net.params_of({layer for p in phases for layer in p.layers})
+        trained += net.buffer_names  # the forward passes update every buffer
         return Updates(
             clients.astype(np.int64),
             {n: params[n].cpu().numpy() for n in trained},
@@ -251,36 +261,38 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         return {name: p.numpy() for name, p in state.shared.items()}
 
     def with_shared(self, state: NeuralState, shared: dict[str, NDArray[Any]]) -> NeuralState:
-        """``state`` with new server parameters (stored as float32 tensors)."""
+        """``state`` with new server parameters (each in its own dtype: float32, or an
+        integer buffer rounded)."""
         params = {
-            name: torch.from_numpy(np.array(value, dtype=np.float32))
+            name: torch.from_numpy(_as_dtype(np.asarray(value), state.shared[name].numpy().dtype))
             for name, value in shared.items()
         }
         return replace(state, shared=params)
 
-    def evaluate(self, state: NeuralState, data: ClientImages) -> dict[str, float]:
-        """Average local test accuracy and loss of the evaluated clients (test-size weighted)."""
-        correct = loss = count = 0.0
-        for hits, losses, samples in self._scores(state, data):
-            correct += float(hits.sum())
-            loss += float(losses.sum())
+    def evaluate(self, state: NeuralState, data: ClientData) -> dict[str, float]:
+        """The task's metrics averaged over the evaluated clients' test samples."""
+        sums: dict[str, float] = {}
+        count = 0.0
+        for values, samples in self._scores(state, data):
+            for m, v in values.items():
+                sums[m] = sums.get(m, 0.0) + float(v.sum())
             count += float(samples.sum())
-        return {"accuracy": correct / max(count, 1.0), "loss": loss / max(count, 1.0)}
+        return {m: v / max(count, 1.0) for m, v in sums.items()}
 
-    def evaluate_clients(self, state: NeuralState, data: ClientImages) -> ClientMetrics | None:
-        """Each evaluated client's test ``accuracy`` and mean ``loss`` (NaN without samples)."""
+    def evaluate_clients(self, state: NeuralState, data: ClientData) -> ClientMetrics | None:
+        """Each evaluated client's metrics on its test samples (NaN without samples)."""
         parts = list(self._scores(state, data))
-        hits = np.concatenate([p[0] for p in parts])
-        losses = np.concatenate([p[1] for p in parts])
-        samples = np.concatenate([p[2] for p in parts]).astype(np.float64)
+        samples = np.concatenate([p[1] for p in parts]).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            metrics = {"accuracy": hits / samples, "loss": losses / samples}
+            metrics = {
+                m: np.concatenate([p[0][m] for p in parts]) / samples for m in parts[0][0]
+            }
         return data.eval_clients, metrics
 
     def _scores(
-        self, state: NeuralState, data: ClientImages
-    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]]:
-        """Per chunk of evaluated clients: each one's correct predictions, loss sum, samples."""
+        self, state: NeuralState, data: ClientData
+    ) -> Iterator[tuple[dict[str, NDArray[np.float64]], NDArray[np.int64]]]:
+        """Per chunk of evaluated clients: each metric's sum per client, and its samples."""
         net = state.network
         clients = data.eval_clients
         for i in range(0, clients.size, EVAL_CHUNK):
@@ -306,17 +318,30 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
                     rngs,
                 )
             index = data.test_index(chunk)
-            hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)
-            yield hits, losses, (index >= 0).sum(axis=1)
+            sums = score_cohort(net, params, data.x_test, data.y_test, index)
+            yield sums, (index >= 0).sum(axis=1)
+
+
+def _as_dtype(value: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[Any]:
+    """``value`` in ``dtype``: float32 as it is cast, an integer type rounded to nearest."""
+    if np.issubdtype(dtype, np.integer):
+        return np.asarray(np.rint(value), dtype=dtype)
+    return np.asarray(value, dtype=dtype)
 
 
 def weighted_means(updates: Updates, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Size-weighted means over the cohort of the ``names`` present in ``updates.params``."""
+    """Size-weighted means over the cohort of the ``names`` present in ``updates.params``.
+
+    Float32 tensors as float32 means (accumulated in float64); integer buffers (BatchNorm's
+    ``num_batches_tracked``) rounded to the nearest integer.
+    """
     w = np.asarray(updates.weight, dtype=np.float64)
     w = w / w.sum()
     out: dict[str, torch.Tensor] = {}
     for name in names:
         if name in updates.params:
-            value: Any = np.tensordot(w, np.asarray(updates.params[name], dtype=np.float64), axes=1)
-            out[name] = torch.from_numpy(np.asarray(value, dtype=np.float32))
+            got = np.asarray(updates.params[name])
+            value: Any = np.tensordot(w, np.asarray(got, dtype=np.float64), axes=1)
+            dtype = got.dtype if np.issubdtype(got.dtype, np.integer) else np.dtype(np.float32)
+            out[name] = torch.from_numpy(_as_dtype(np.asarray(value), dtype))
     return out

@@ -44,13 +44,15 @@ layers learn (see there). simfl's neural work unit is 1e9 multiply-accumulates (
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as nnf
-from torch import Tensor
+from torch import Tensor, nn
 
 from simfl._checks import check_choice, check_int
 from simfl.neural.kernels import conv_one_channel, pool2_relu
@@ -106,6 +108,10 @@ class Layer:
 class Net:
     """A built network: its layers in order, its head and LG-FedAvg's global layers.
 
+    The paper networks' fast path on a CPU: the trainer computes a cohort's frozen layers once
+    per phase (:attr:`splittable`), its linear layers as batched products and its
+    convolutions with :mod:`~simfl.neural.kernels`. It has no buffers.
+
     Parameters
     ----------
     name
@@ -136,6 +142,12 @@ class Net:
         self.param_names = tuple(self.shapes)
         self.macs = {layer.name: layer.macs for layer in layers}
 
+    #: The trainer may run layers ``0:k`` once and the rest per step (frozen prefixes).
+    splittable = True
+    #: A paper network has no buffers, and no layers that stay local whatever the algorithm.
+    buffer_names: tuple[str, ...] = ()
+    local_layers: tuple[str, ...] = ()
+
     @property
     def head(self) -> tuple[str, ...]:
         """The head layers (the last layer): FedRep's and FedPer's personal part."""
@@ -150,6 +162,23 @@ class Net:
         """Names of the parameters of ``layers``, in network order."""
         wanted = set(layers)
         return tuple(p for p in self.param_names if param_layer(p) in wanted)
+
+    def names_of(self, layers: Iterable[str]) -> tuple[str, ...]:
+        """Names of the tensors of ``layers`` (its parameters: a paper network has no buffers)."""
+        return self.params_of(layers)
+
+    def resolve_layers(self, owner: str, patterns: Iterable[str]) -> tuple[str, ...]:
+        """The layers ``patterns`` name (:func:`fnmatch.fnmatchcase`; each must match one)."""
+        patterns = tuple(patterns)
+        for p in patterns:
+            if not any(fnmatch.fnmatchcase(lay, p) for lay in self.layer_names):
+                raise ValueError(
+                    f"{owner} pattern {p!r} matches no layer of the model; its layers are "
+                    f"{list(self.layer_names)}"
+                )
+        return tuple(
+            lay for lay in self.layer_names if any(fnmatch.fnmatchcase(lay, p) for p in patterns)
+        )
 
     def n_params(self, layers: Iterable[str] | None = None) -> int:
         """Number of parameters (of ``layers``, default all)."""
@@ -290,6 +319,17 @@ class ModelSpec:
     def lg_global(self, split: str) -> tuple[str, ...]:
         """LG-FedAvg's global layers under ``split`` (``"paper"`` or ``"code"``)."""
         raise NotImplementedError
+
+    def factory(self, input_shape: tuple[int, ...], n_classes: int) -> Callable[[], nn.Module]:
+        """A factory of the same network as an ordinary module (:mod:`simfl.neural.paper`).
+
+        Give it to a task as ``Model(spec.factory(shape, classes))`` to train the network on
+        the generic path; its LG-FedAvg splits are declared on it as on the paper network.
+        """
+        from simfl.neural.paper import PaperModule
+
+        layers = self.build(input_shape, n_classes).layers
+        return functools.partial(PaperModule, layers)
 
 
 @dataclass(frozen=True)

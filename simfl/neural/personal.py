@@ -27,7 +27,7 @@ from simfl.algorithms.base import Updates
 from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState
 from simfl.neural.models import Net, Params
 from simfl.neural.task import ClientImages
-from simfl.neural.train import SGD, Phase, epoch_order, evaluate_cohort, train_cohort
+from simfl.neural.train import SGD, Phase, epoch_order, score_cohort, train_cohort
 from simfl.rng import Streams
 
 __all__ = [
@@ -243,8 +243,8 @@ class Baseline(NeuralAlgorithm):
 
     def _scores(
         self, state: NeuralState, data: ClientImages
-    ) -> Iterator[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]]:
-        """Per chunk of evaluated clients: correct predictions, loss sum, samples."""
+    ) -> Iterator[tuple[dict[str, NDArray[np.float64]], NDArray[np.int64]]]:
+        """Per chunk of evaluated clients: each metric's sum per client, and its samples."""
         assert isinstance(state, BaselineState)
         net = state.network
         clients = data.eval_clients
@@ -264,8 +264,7 @@ class Baseline(NeuralAlgorithm):
                     rngs,
                 )
             index = data.test_index(chunk)
-            hits, losses = evaluate_cohort(net, params, data.x_test, data.y_test, index)
-            yield hits, losses, (index >= 0).sum(axis=1)
+            yield score_cohort(net, params, data.x_test, data.y_test, index), (index >= 0).sum(1)
 
     def _updates(
         self, state: NeuralState, clients: IntArray, params: Params, loss: NDArray[np.float64]

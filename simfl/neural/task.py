@@ -1,16 +1,28 @@
-"""Image classification on a real data set split over the clients of the fleet.
+"""Supervised learning on data split over the clients of the fleet: any data, any module.
 
-:class:`ImageClassification` names a data set (:mod:`simfl.neural.data`), a partition
-(:mod:`simfl.neural.partition`) and a network (:mod:`simfl.neural.models`). Binding it to a
-fleet (:meth:`ImageClassification.build`) loads the data (cached per process), splits the
-training pool over the ``n`` clients (client ``i`` lives on device ``i``) with the run's keyed
-stream ``"neural/partition"``, deals each client a test set with the same classes
-(:func:`~simfl.neural.partition.match_test`) and builds the network.
+:class:`Supervised` names a data source (:mod:`simfl.neural.data`: images, text, your own
+tensors), a partition (:mod:`simfl.neural.partition`), a model (any ``torch.nn.Module``
+factory, :class:`~simfl.neural.module.Model`, or a paper network ``MLP(...)``/``CNN(...)``)
+and an :class:`~simfl.neural.module.Objective` (loss and metrics, with defaults for
+classification, next-token prediction and regression). :class:`ImageClassification` is the
+same task with image defaults (scikit-learn's digits, FedRep's shards and MLP).
 
-Metrics (the FedRep code's ``test_img_local_all``): ``accuracy`` is the average local test
-accuracy, each evaluated client scored on its own test set with its own personalised model
-(its head, its local layers, or the shared model) and weighted by its number of test samples;
-``loss`` the cross-entropy averaged the same way.
+Binding it to a fleet (:meth:`Supervised.build`) loads the data (cached per process), splits
+the training pool over the ``n`` clients (client ``i`` lives on device ``i``) with the run's
+keyed stream ``"neural/partition"``, deals each client a test set (for classification with the
+same classes, :func:`~simfl.neural.partition.match_test`), builds the model and checks it on
+the data before anything runs: a forward pass that fails on one sample, a loss that is not a
+scalar, a client without training samples are errors that say so.
+
+Metrics (the FedRep code's ``test_img_local_all``): each metric is averaged over the evaluated
+clients' test samples, every client scored on its own test set with its own personalised model
+(its head, its local layers, or the shared model). For classification ``accuracy`` and
+``loss`` (cross-entropy).
+
+A paper network under the default classification objective trains on its fast path
+(:class:`~simfl.neural.models.Net`: frozen prefixes computed once, batched linear layers, the
+kernels of :mod:`~simfl.neural.kernels`); its module twin (``spec.factory(...)``) trains on the
+generic path to float tolerance of it (``tests/test_neural_module.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,11 +39,20 @@ from numpy.typing import NDArray
 from simfl._checks import check_int
 from simfl.neural.data import DataSource, Digits
 from simfl.neural.models import MLP, ModelSpec, Net
-from simfl.neural.partition import Partition, Shards
+from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective, as_model
+from simfl.neural.partition import Natural, Partition, Shards
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
-__all__ = ["ClientImages", "ImageClassification", "check_device", "pad", "torch_threads"]
+__all__ = [
+    "ClientData",
+    "ClientImages",
+    "ImageClassification",
+    "Supervised",
+    "check_device",
+    "pad",
+    "torch_threads",
+]
 
 IntArray = NDArray[np.int64]
 
@@ -82,27 +103,29 @@ def pad(parts: list[IntArray], clients: IntArray) -> IntArray:
 
 
 _DIGITS, _SHARDS, _FEDREP_MLP = Digits(), Shards(2), MLP.fedrep()
+_NATURAL, _CLASSIFY = Natural(), Objective()
 
 
 @dataclass(frozen=True)
-class ImageClassification(Task):
-    """A labelled image data set split over the clients, and the network they train.
+class Supervised(Task):
+    """Labelled data split over the clients, the model they train and what it minimises.
 
     Parameters
     ----------
     dataset
-        Where the images come from (default: scikit-learn's 8x8 digits).
+        Where the samples come from (:mod:`simfl.neural.data`).
     partition
-        How the training pool is split (default: FedRep's 2 classes per client).
+        How the training pool is split (default: the data set's own groups, ``Natural()``).
     model
-        The network (default: FedRep's MLP, 784-512-256-64-C for 28x28 images).
+        A ``torch.nn.Module`` factory (a class or a zero-argument function), a
+        :class:`~simfl.neural.module.Model`, or a paper network ``MLP(...)``/``CNN(...)``.
     eval_clients
         Evaluate this many clients (a fixed, uniformly drawn subset; ``None``: all of them).
     device
         Where the cohort's training and the evaluation run: ``"cpu"`` (default) or a CUDA
         device (``"cuda"``, ``"cuda:1"``), which must exist on the machine that builds the
-        scenario. The server state stays on the CPU (float32 either way); results agree with
-        the CPU's to floating-point rounding, not bit for bit.
+        scenario. The server state stays on the CPU; results agree with the CPU's to
+        floating-point rounding, not bit for bit.
     threads
         torch's compute threads for the run's training and evaluation on the CPU (default 1).
         The count decides how the CPU kernels round (oneDNN's convolutions split their sums
@@ -114,37 +137,67 @@ class ImageClassification(Task):
         threads benchmark's LeNet-5 run on MNIST, on a 2-core machine: 1.74 s with 1 thread,
         1.36 s with 2); ``workers`` runs side by side want ``threads * workers`` at most the
         cores.
+    objective
+        The loss and metrics (default: classification, cross-entropy, ``accuracy`` and
+        ``loss``).
     """
 
-    dataset: DataSource = _DIGITS
-    partition: Partition = _SHARDS
-    model: ModelSpec = _FEDREP_MLP
+    dataset: DataSource
+    partition: Partition = _NATURAL
+    model: Any = None
     eval_clients: int | None = None
     device: str = "cpu"
     threads: int = 1
-
-    metrics: ClassVar[tuple[str, ...]] = ("accuracy", "loss")
-    goals: ClassVar[dict[str, str]] = {"accuracy": "max", "loss": "min"}
+    objective: Objective = _CLASSIFY
 
     def __post_init__(self) -> None:
+        owner = type(self).__name__
         if not isinstance(self.dataset, DataSource):
             raise ValueError(
-                f"ImageClassification.dataset must be a simfl.neural data source (Digits(), "
-                f"MNIST(), FashionMNIST(), ...), got {self.dataset!r}"
+                f"{owner}.dataset must be a simfl.neural data source (Digits(), "
+                f"FashionMNIST(), Tensors(...), ...), got {self.dataset!r}"
             )
         if not isinstance(self.partition, Partition):
             raise ValueError(
-                f"ImageClassification.partition must be a simfl.neural partition (Shards(2), "
+                f"{owner}.partition must be a simfl.neural partition (Shards(2), "
                 f"Dirichlet(0.5), LogNormalSizes(1.0), Natural()), got {self.partition!r}"
             )
-        if not isinstance(self.model, ModelSpec):
+        if self.model is None:
             raise ValueError(
-                f"ImageClassification.model must be MLP(...) or CNN(...), got {self.model!r}"
+                f"{owner}.model is required: a torch.nn.Module factory (its class or a "
+                f"zero-argument function), a simfl.neural.Model, or MLP(...)/CNN(...)"
+            )
+        if not isinstance(self.model, ModelSpec):
+            as_model(self.model, f"{owner}.model")
+        if not isinstance(self.objective, Objective):
+            raise ValueError(
+                f"{owner}.objective must be a simfl.neural.Objective, got {self.objective!r}"
             )
         if self.eval_clients is not None:
-            check_int("ImageClassification.eval_clients", self.eval_clients, low=1)
-        check_device("ImageClassification.device", self.device)
-        check_int("ImageClassification.threads", self.threads, low=1)
+            check_int(f"{owner}.eval_clients", self.eval_clients, low=1)
+        check_device(f"{owner}.device", self.device)
+        check_int(f"{owner}.threads", self.threads, low=1)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The objective's metrics, in column order."""
+        return self.objective.metric_names
+
+    @property
+    def goals(self) -> dict[str, str]:  # type: ignore[override]
+        """Each metric's goal (``"max"`` or ``"min"``)."""
+        return self.objective.goal_map
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether the model trains on the paper networks' fast path (see the module doc)."""
+        obj = self.objective
+        return (
+            isinstance(self.model, ModelSpec)
+            and obj.kind == "classification"
+            and obj.loss is None
+            and obj.metrics is None
+        )
 
     @property
     def fork_safe(self) -> bool:
@@ -155,31 +208,49 @@ class ImageClassification(Task):
         """Set torch's threads to :attr:`threads` for the run (restored when it ends)."""
         return torch_threads(self.threads)
 
-    def build(self, n_clients: int, streams: Streams) -> ClientImages:
-        """Load, split and bind the data to ``n_clients`` clients."""
-        return ClientImages(self, n_clients, streams)
+    def build(self, n_clients: int, streams: Streams) -> ClientData:
+        """Load, split and bind the data to ``n_clients`` clients; build and check the model."""
+        return ClientData(self, n_clients, streams)
 
 
-class ClientImages:
-    """An :class:`ImageClassification` bound to a fleet: the clients' data and the network.
+@dataclass(frozen=True)
+class ImageClassification(Supervised):
+    """A labelled image data set split over the clients, and the network they train.
+
+    :class:`Supervised` with image defaults: scikit-learn's 8x8 digits, FedRep's 2 classes per
+    client (``Shards(2)``) and FedRep's MLP (784-512-256-64-C for 28x28 images). Any module
+    may replace the network (``model=MyResNet``).
+    """
+
+    dataset: DataSource = _DIGITS
+    partition: Partition = _SHARDS
+    model: Any = _FEDREP_MLP
+
+
+class ClientData:
+    """A :class:`Supervised` task bound to a fleet: the clients' data and the model.
 
     Attributes
     ----------
     x_train, y_train, x_test, y_test
-        The pooled images (torch tensors on the task's ``device``; on the CPU they share
-        memory with the cached numpy arrays).
+        The pooled samples and targets (torch tensors on the task's ``device``; on the CPU
+        they share memory with the cached numpy arrays).
     train_parts, test_parts
         Each client's indices into the pools.
     network
-        The built :class:`~simfl.neural.models.Net`.
+        The built model: a paper :class:`~simfl.neural.models.Net` on the fast path, else a
+        :class:`~simfl.neural.module.ModuleNet`.
+    objective
+        The task's loss and metrics.
     eval_clients
         The clients evaluated (sorted).
     """
 
-    def __init__(self, spec: ImageClassification, n_clients: int, streams: Streams) -> None:
+    def __init__(self, spec: Supervised, n_clients: int, streams: Streams) -> None:
         self.spec = spec
         self.n_clients = n_clients
         self.streams = streams
+        self.objective = spec.objective
         data = spec.dataset.load()
         self.dataset = data
         rng = streams.generator("neural/partition")
@@ -193,18 +264,69 @@ class ClientImages:
         self.test_parts = spec.partition.split_test(
             self.train_parts, data.y_train, data.y_test, data.n_classes, rng, data.groups
         )
-        self.network: Net = spec.model.build(data.input_shape, data.n_classes)
         self.device = torch.device(spec.device)
         self.x_train = torch.from_numpy(data.x_train).to(self.device)
         self.y_train = torch.from_numpy(data.y_train).to(self.device)
         self.x_test = torch.from_numpy(data.x_test).to(self.device)
         self.y_test = torch.from_numpy(data.y_test).to(self.device)
+        self.network: Net | ModuleNet = self._network(spec, data.input_shape, data.n_classes)
         n_eval = n_clients if spec.eval_clients is None else min(spec.eval_clients, n_clients)
         if n_eval == n_clients:
             self.eval_clients: IntArray = np.arange(n_clients, dtype=np.int64)
         else:
             pick = streams.generator("neural/eval_clients").choice(n_clients, n_eval, False)
             self.eval_clients = np.sort(pick).astype(np.int64)
+
+    def _network(
+        self, spec: Supervised, input_shape: tuple[int, ...], n_classes: int | None
+    ) -> Net | ModuleNet:
+        """The paper network (fast path) or the module, checked on the data."""
+        owner = f"{type(spec).__name__}.model"
+        if spec.fast_path:
+            assert isinstance(spec.model, ModelSpec)
+            if n_classes is None:
+                raise ValueError(f"{owner}: a paper network needs a classification data set")
+            return spec.model.build(input_shape, n_classes)
+        if isinstance(spec.model, ModelSpec):
+            if n_classes is None:
+                raise ValueError(f"{owner}: a paper network needs a number of classes")
+            model = Model(spec.model.factory(input_shape, n_classes))
+        else:
+            model = as_model(spec.model, owner)
+        empty = [c for c, p in enumerate(self.train_parts) if p.size == 0]
+        if empty:
+            raise ValueError(
+                f"{type(spec).__name__}: clients {empty[:10]}{' ...' if len(empty) > 10 else ''} "
+                f"have no training samples under {spec.partition!r}; every client of the "
+                f"fleet trains on its own data (use fewer devices or another partition)"
+            )
+        if self.x_train.shape[0] == 0:
+            raise ValueError(f"{type(spec).__name__}.dataset has no training samples")
+        first = self.train_parts[0][:2]
+        first = np.resize(first, 2)  # two samples (a client with one repeats it)
+        ids = torch.from_numpy(first).to(self.device)
+        x, y = self.x_train.index_select(0, ids), self.y_train.index_select(0, ids)
+        check_on_data(owner, model, spec.objective, x, y, self.device)
+        return ModuleNet(model, spec.objective, (x, y), self.device)
+
+    def describe(self) -> dict[str, Any]:
+        """What trains the model (``res.meta["training"]``): the model, its size, the path."""
+        net = self.network
+        if isinstance(net, ModuleNet):
+            return {
+                "model": net.name,
+                "parameters": net.n_params(),
+                "buffers": len(net.buffer_names),
+                "trainer": net.trainer["path"],
+                "trainer_reason": net.trainer["reason"],
+            }
+        return {
+            "model": net.name,
+            "parameters": net.n_params(),
+            "buffers": 0,
+            "trainer": "paper",
+            "trainer_reason": "a paper network under the default objective: its fast path",
+        }
 
     def client_sizes(self) -> NDArray[np.float64]:
         """Training samples of each client."""
@@ -221,3 +343,65 @@ class ClientImages:
     def classes(self, client: int) -> set[int]:
         """The classes of a client's training samples."""
         return {int(v) for v in np.unique(self.dataset.y_train[self.train_parts[client]])}
+
+
+#: The former name of :class:`ClientData` (image tasks were the only ones).
+ClientImages = ClientData
+
+
+def check_on_data(
+    owner: str,
+    model: Model,
+    objective: Objective,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    device: torch.device,
+) -> None:
+    """Run the model on two samples of the data and its loss and metrics on the output.
+
+    Raises ``ModelCheckError`` (a ``ValueError``) naming ``owner`` if the factory does not
+    build a module, the forward pass fails, or the loss or a metric is not a finite-typed
+    scalar.
+    """
+    from simfl.neural.module import build_module
+
+    try:
+        module = build_module(model.factory, 0).to(device)
+    except ModelCheckError:
+        raise
+    except Exception as exc:
+        raise ModelCheckError(f"{owner}: the model factory failed: {exc!r}") from exc
+    module.train()
+    shape = tuple(x.shape[1:])
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            out = module(x)
+    except Exception as exc:
+        raise ModelCheckError(
+            f"{owner}: the forward pass of {type(module).__name__} fails on samples of the "
+            f"data (one sample's shape {shape}, dtype {x.dtype}): {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(out, torch.Tensor):
+        raise ModelCheckError(
+            f"{owner}: the forward pass of {type(module).__name__} returned "
+            f"{type(out).__name__}, not a tensor"
+        )
+    fns = {"loss": objective.loss_fn, **objective.metric_fns}
+    for name, fn in fns.items():
+        what = "Objective.loss" if name == "loss" else f"Objective.metrics[{name!r}]"
+        try:
+            value = fn(out, y)
+        except Exception as exc:
+            raise ModelCheckError(
+                f"{what} fails on the model's output (shape {tuple(out.shape)}) and the "
+                f"targets (shape {tuple(y.shape)}, dtype {y.dtype}): {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ModelCheckError(
+                f"{what} must return a scalar tensor (the batch's mean), got {got}"
+            )
+    if not objective.loss_fn(out, y).requires_grad:
+        raise ModelCheckError(
+            "Objective.loss does not depend on the model's parameters (no gradient)"
+        )

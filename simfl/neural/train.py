@@ -45,8 +45,17 @@ from torch import Tensor
 
 from simfl._checks import check_int, check_real
 from simfl.neural.models import Net, Params, param_layer
+from simfl.neural.module import ModuleNet
 
-__all__ = ["DEFAULT_SGD", "SGD", "Phase", "epoch_order", "evaluate_cohort", "train_cohort"]
+__all__ = [
+    "DEFAULT_SGD",
+    "SGD",
+    "Phase",
+    "epoch_order",
+    "evaluate_cohort",
+    "score_cohort",
+    "train_cohort",
+]
 
 IntArray = NDArray[np.int64]
 #: Samples (all clients together) per chunk when a frozen prefix or an evaluation runs over
@@ -134,7 +143,7 @@ def _features(net: Net, params: Params, x: Tensor, index: Tensor, stop: int) -> 
 
 
 def train_cohort(
-    net: Net,
+    net: Net | ModuleNet,
     params: Params,
     x: Tensor,
     y: Tensor,
@@ -208,6 +217,7 @@ def train_cohort(
         back = np.argsort(order)
         home = torch.from_numpy(back).to(dev)
         trained = set(net.params_of({layer for p in phases for layer in p.layers}))
+        trained |= set(getattr(net, "buffer_names", ()))
         return {
             n: got[n].index_select(0, home) if n in trained else p for n, p in params.items()
         }, loss[back]
@@ -219,10 +229,17 @@ def train_cohort(
     cohort = _Cohort(net, x, y, idx, sgd, prox, np.zeros(c), np.zeros(c))
     params = _on(params, dev)
     owned: set[str] = set()  # parameters copied into this call's own stacked tensors
+    for n in getattr(net, "buffer_names", ()):  # each client's own buffers, updated in place
+        p = params[n].detach()
+        params[n] = p.clone() if _stacked(net, n, p) else p.expand(c, *p.shape).clone()
+    if isinstance(net, ModuleNet) and net.random:  # each client's dropout seeds, keyed
+        cohort.drop = [np.random.default_rng(r.integers(2**63)) for r in rngs]
     for phase in phases:
         names = net.params_of(phase.layers)
         _unfreeze(net, params, names, owned, c)
-        first = min(net.layer_names.index(param_layer(n)) for n in names)
+        first = (
+            min(net.layer_names.index(param_layer(n)) for n in names) if net.splittable else 0
+        )
         # clients sit steps out where every layer a step computes is stacked per client (a
         # shared one is one product over all the clients' rows, whose rounding may follow
         # their number)
@@ -250,12 +267,12 @@ def train_cohort(
         return out, cohort.loss_sum / cohort.steps_done
 
 
-def _stacked(net: Net, name: str, p: Tensor) -> bool:
+def _stacked(net: Net | ModuleNet, name: str, p: Tensor) -> bool:
     """Whether the tensor ``p`` of parameter ``name`` is stacked per client (a leading axis)."""
     return p.dim() == len(net.shapes[name]) + 1
 
 
-def _in_order(net: Net, params: Params, order: Tensor) -> Params:
+def _in_order(net: Net | ModuleNet, params: Params, order: Tensor) -> Params:
     """The stacked parameters' clients in ``order`` (copies); shared ones as they are."""
     return {n: p.index_select(0, order) if _stacked(net, n, p) else p for n, p in params.items()}
 
@@ -265,7 +282,7 @@ def _on(params: Params, device: torch.device) -> Params:
     return {n: p.to(device) for n, p in params.items()}
 
 
-def _unfreeze(net: Net, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
+def _unfreeze(net: Net | ModuleNet, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
     """Make the parameters ``names`` of a phase trainable and detach the others (in place).
 
     A trainable parameter is first copied into a tensor of this call, stacked per client.
@@ -289,7 +306,7 @@ def _unfreeze(net: Net, params: Params, names: Sequence[str], owned: set[str], c
 class _Cohort:
     """What one :func:`train_cohort` call trains on, its momentum buffers and its losses."""
 
-    net: Net
+    net: Net | ModuleNet
     x: Tensor
     y: Tensor
     idx: Tensor
@@ -298,6 +315,8 @@ class _Cohort:
     loss_sum: NDArray[np.float64]
     steps_done: NDArray[np.float64]
     bufs: dict[str, Tensor] = field(default_factory=dict)
+    #: each client's generator of dropout seeds (a module with random layers), else ``None``
+    drop: list[np.random.Generator] | None = None
     #: whether idle clients sit this phase's steps out (:data:`SIT_OUT`, every layer from
     #: the phase's first stacked)
     sit_out: bool = False
@@ -356,6 +375,16 @@ class _Cohort:
         """
         valid = pos >= 0
         ids = idx.gather(1, pos.clamp(min=0))
+        if isinstance(self.net, ModuleNet):
+            n_valid = valid.sum(dim=1)
+            seeds = None
+            if self.drop is not None:
+                seeds = [int(g.integers(2**63)) for g in self.drop[: ids.shape[0]]]
+            flat = ids.clamp(min=0)
+            losses = self.net.losses(
+                params, _gather(self.x, flat), self.y[flat], n_valid.cpu().numpy(), seeds
+            )
+            return losses, n_valid
         if feats is None:
             inp = _gather(self.x, ids)
         else:
@@ -432,3 +461,19 @@ def evaluate_cohort(
             correct += hit.sum(dim=1).to(torch.float64)
             loss += (ce * valid).to(torch.float64).sum(dim=1)
     return correct.cpu().numpy(), loss.cpu().numpy()
+
+
+def score_cohort(
+    net: Net | ModuleNet, params: Params, x: Tensor, y: Tensor, index: IntArray
+) -> dict[str, NDArray[np.float64]]:
+    """Per client, each metric of the task summed over its samples (``index`` ``(C, T)``).
+
+    A paper network (:class:`~simfl.neural.models.Net`) reports ``accuracy`` (correct
+    predictions) and ``loss`` (summed cross-entropy); a module its objective's metrics
+    (:meth:`~simfl.neural.module.ModuleNet.evaluate`). Divide by the samples for the means.
+    """
+    if isinstance(net, ModuleNet):
+        dev = x.device
+        return net.evaluate(_on(params, dev), x, y, index, CHUNK)
+    hits, losses = evaluate_cohort(net, params, x, y, index)
+    return {"accuracy": hits, "loss": losses}

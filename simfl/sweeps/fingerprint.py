@@ -50,12 +50,19 @@ _FORMER_NAMES = {
 }
 
 
+#: In :data:`_ADDED_FIELDS`: the field's own dataclass default (for defaults that need torch).
+FIELD_DEFAULT = object()
+
 # Dataclass fields added after fingerprints were first recorded, left out while they hold
 # their default (given here), so that the objects that existed before keep their fingerprints.
 _ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "simfl.fleet.Fleet": {"labels": None, "energy": None},
     "simfl.fleet.Profile": {"energy": None},
-    "simfl.neural.task.ImageClassification": {"device": "cpu", "threads": 1},
+    "simfl.neural.task.ImageClassification": {
+        "device": "cpu",
+        "threads": 1,
+        "objective": FIELD_DEFAULT,
+    },
     "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "onednn"},
 }
 
@@ -101,7 +108,13 @@ def _attributes(obj: Any) -> dict[str, Any]:
             f.name: getattr(obj, f.name)
             for f in dataclasses.fields(obj)
             if f.compare
-            and not (f.name in added and _is_default(getattr(obj, f.name), added[f.name]))
+            and not (
+                f.name in added
+                and _is_default(
+                    getattr(obj, f.name),
+                    f.default if added[f.name] is FIELD_DEFAULT else added[f.name],
+                )
+            )
         }
     out: dict[str, Any] = {}
     for cls in type(obj).__mro__:
