@@ -77,7 +77,15 @@ import torch  # noqa: E402
 
 import simfl  # noqa: E402
 from simfl import Fleet, Scenario, dists, policies  # noqa: E402
-from simfl.neural import CNN, SGD, ImageClassification, NeuralFedAvg, NeuralState  # noqa: E402
+from simfl.neural import (  # noqa: E402
+    CNN,
+    SGD,
+    ImageClassification,
+    Model,
+    ModuleNet,
+    NeuralFedAvg,
+    NeuralState,
+)
 from simfl.neural.base import GMAC  # noqa: E402
 from simfl.neural.data import Dataset, DataSource  # noqa: E402
 from simfl.neural.partition import Partition  # noqa: E402
@@ -151,18 +159,24 @@ class PeerInitFedAvg(NeuralFedAvg):
 
     def initial_state(self, data: ClientImages, streams: Streams) -> NeuralState:
         state = super().initial_state(data, streams)
-        return replace(state, shared=peer_weights(self.init_seed))
+        module = isinstance(data.network, ModuleNet)
+        return replace(state, shared=peer_weights(self.init_seed, transpose=not module))
 
 
-def peer_weights(seed: int) -> dict[str, torch.Tensor]:
-    """The peers' initial LeNet-5 as simfl parameters (linear weights stored ``(in, out)``)."""
+def peer_weights(seed: int, transpose: bool = True) -> dict[str, torch.Tensor]:
+    """The peers' initial LeNet-5 as simfl parameters.
+
+    Linear weights stored ``(in, out)`` for the paper network's fast path (``transpose``),
+    as ``torch.nn.Linear`` stores them for the module.
+    """
     model = peers_data().make_model(seed)
     out = {}
     for key, value in model.state_dict().items():
         index, kind = key.split(".")
         name = f"{PEER_NAMES[index]}.{kind}"
         is_linear = PEER_NAMES[index].startswith("fc") and kind == "weight"
-        out[name] = (value.T if is_linear else value).detach().clone().contiguous()
+        flip = is_linear and transpose
+        out[name] = (value.T if flip else value).detach().clone().contiguous()
     return out
 
 
@@ -172,10 +186,13 @@ def scenario(a: argparse.Namespace) -> Scenario:
     net = model.build((1, 28, 28), 10)
     samples = 60000 // (a.clients * a.shards_per_client) * a.shards_per_client
     gmac = a.epochs * samples * net.train_macs(net.layer_names) / GMAC
+    chosen: Any = model
+    if a.path == "module":  # LeNet-5 as a torch.nn.Module on the generic trainer
+        chosen = Model(model.factory((1, 28, 28), 10), trainer=a.trainer)
     task = ImageClassification(
         PeerFashionMNIST(a.data_dir),
         PeerShards(a.shards_per_client, a.seed),
-        model,
+        chosen,
         eval_clients=1,
         device=a.device,
         threads=a.threads,
@@ -202,6 +219,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--profile", type=int, default=0, help="torch profiler's top N to stderr")
+    p.add_argument(
+        "--path",
+        default="module",
+        choices=("module", "paper"),
+        help="LeNet-5 as a torch.nn.Module on the generic trainer (default) or the paper "
+        "network's fast path",
+    )
+    p.add_argument(
+        "--trainer",
+        default="auto",
+        choices=("auto", "loop", "cohort"),
+        help="the generic trainer's path (Model.trainer; default auto)",
+    )
     p.add_argument(
         "--conv-kernel",
         default="onednn",
@@ -237,7 +267,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         file=sys.stderr,
     )
     return {
-        "framework": f"simfl {res.meta['simfl_version']} (neural FedAvg, cohort-batched)",
+        "framework": f"simfl {res.meta['simfl_version']} (neural FedAvg, {a.path} path)",
+        "path": a.path,
+        "trainer": res.meta.get("training", {}).get("trainer", "paper"),
         "rounds": a.rounds,
         "clients": a.clients,
         "per_round": a.per_round,

@@ -159,6 +159,9 @@ def run(
         "groups": encode_groups(*scenario.fleet.device_groups()),
         "warnings": list(ctx.warnings),
     }
+    describe = getattr(ctx.data, "describe", None)
+    if callable(describe):  # what the task's data say about the run (a neural model's trainer)
+        meta["training"] = describe()
     if client_metrics is not None:
         meta["client_metrics"] = client_metrics
     if client_metrics_error is not None:

@@ -510,11 +510,15 @@ class ModuleNet:
         c = int(counts.size)
         out = torch.zeros(c, dtype=torch.float32, device=x.device)
         pieces: list[tuple[Tensor, Tensor]] = []
+        loop = self.trainer["path"] == "loop"
+        # each client's slices from one unbind (whose gradient is one stack; indexing p[i]
+        # would add a zero-filled gradient of the whole stacked tensor per client)
+        slices = {n: p.unbind(0) for n, p in params.items() if loop and self.stacked(n, p)}
         for n_valid in sorted(set(counts.tolist()) - {0}, reverse=True):
             members = np.flatnonzero(counts == n_valid)
-            if self.trainer["path"] == "loop":
+            if loop:
                 for i in members.tolist():
-                    sub = {n: (p[i] if self.stacked(n, p) else p) for n, p in params.items()}
+                    sub = {n: (slices[n][i] if n in slices else p) for n, p in params.items()}
                     with self._seeded(None if seeds is None else (seeds[i],)):
                         loss = self._loss(sub, x[i, :n_valid], y[i, :n_valid])
                     pieces.append((torch.tensor([i], device=x.device), loss.reshape(1)))
