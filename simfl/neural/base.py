@@ -149,6 +149,8 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         """
         net = data.network
         self.check_network(net)
+        if isinstance(net, ModuleNet):  # one client's training must fit the device's memory
+            net.cohort_chunk(self.optimizer.batch_size)
         seed = int(streams.generator("neural/init").integers(2**63))
         params = net.init(torch.Generator().manual_seed(seed))
         local = set(net.names_of((*self.local_layers(net), *net.local_layers)))

@@ -341,6 +341,10 @@ class ModuleNet:
     seed
         Seed of the template module (its values are never used: every call passes all the
         parameters and buffers it computes with).
+    augment
+        ``augment(x, generator) -> x``: a transformation of one client's training minibatch
+        drawing from ``generator`` (a ``torch.Generator`` seeded from the client's keyed
+        stream each step), or ``None``.
     """
 
     splittable = False
@@ -352,10 +356,12 @@ class ModuleNet:
         sample: tuple[Tensor, Tensor],
         device: torch.device,
         seed: int = 0,
+        augment: Callable[[Tensor, torch.Generator], Tensor] | None = None,
     ) -> None:
         self.model = model
         self.objective = objective
         self.device = device
+        self.augment = augment
         module = build_module(model.factory, seed).to(device)
         self.module = module
         self.name = type(module).__name__
@@ -398,7 +404,9 @@ class ModuleNet:
         if model.global_layers is not None:
             lg["paper"] = self._select("Model.global_layers", model.global_layers)
         self.lg_global = lg
-        self.random = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in module.modules())
+        dropout = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in module.modules())
+        #: Whether a training step draws random numbers (dropout, augmentation).
+        self.random = dropout or augment is not None
         self._sample = sample
         self._probe = _Probe()
         self.trainer = self._choose_path()
@@ -519,8 +527,9 @@ class ModuleNet:
             if loop:
                 for i in members.tolist():
                     sub = {n: (slices[n][i] if n in slices else p) for n, p in params.items()}
+                    xi = self._augmented(x[i, :n_valid], None if seeds is None else seeds[i])
                     with self._seeded(None if seeds is None else (seeds[i],)):
-                        loss = self._loss(sub, x[i, :n_valid], y[i, :n_valid])
+                        loss = self._loss(sub, xi, y[i, :n_valid])
                     pieces.append((torch.tensor([i], device=x.device), loss.reshape(1)))
             else:
                 pieces.append(self._group(params, x, y, members, int(n_valid), seeds))
@@ -551,6 +560,10 @@ class ModuleNet:
         sub = stacked if whole else {n: p.index_select(0, idx) for n, p in stacked.items()}
         xs = x[:, :n_valid] if whole else x.index_select(0, idx)[:, :n_valid]
         ys = y[:, :n_valid] if whole else y.index_select(0, idx)[:, :n_valid]
+        if self.augment is not None and seeds is not None:
+            xs = torch.stack(
+                [self._augmented(xs[j], seeds[i]) for j, i in enumerate(members.tolist())]
+            )
 
         def one(p: Params, xi: Tensor, yi: Tensor) -> Tensor:
             return self._loss({**shared, **p}, xi, yi)
@@ -563,6 +576,19 @@ class ModuleNet:
                     if n in stacked:
                         stacked[n].index_copy_(0, idx, sub[n])
         return idx, losses
+
+    def _augmented(self, x: Tensor, seed: int | None) -> Tensor:
+        """One client's minibatch through :attr:`augment` (a generator seeded by ``seed``)."""
+        if self.augment is None or seed is None:
+            return x
+        gen = torch.Generator(device=x.device).manual_seed(seed ^ 0x5EED)
+        out = self.augment(x, gen)
+        if not isinstance(out, Tensor) or out.shape[0] != x.shape[0]:
+            raise ModelCheckError(
+                f"Supervised.augment must return a tensor of the batch's {x.shape[0]} "
+                f"samples, got {type(out).__name__}"
+            )
+        return out
 
     def _seeded(self, seeds: Sequence[int] | None) -> Any:
         """A context seeding torch's generator for the module's random layers (or nothing)."""

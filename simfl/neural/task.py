@@ -27,7 +27,7 @@ generic path to float tolerance of it (``tests/test_neural_module.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +140,11 @@ class Supervised(Task):
     objective
         The loss and metrics (default: classification, cross-entropy, ``accuracy`` and
         ``loss``).
+    augment
+        Data augmentation of the training minibatches: ``augment(x, generator) -> x`` for one
+        client's batch ``x``, drawing only from ``generator`` (a ``torch.Generator`` seeded
+        from the client's keyed stream at each step, so runs stay reproducible); ``None``
+        (default): none. Modules only (a paper network trains a module twin with it).
     """
 
     dataset: DataSource
@@ -149,6 +154,7 @@ class Supervised(Task):
     device: str = "cpu"
     threads: int = 1
     objective: Objective = _CLASSIFY
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -173,6 +179,8 @@ class Supervised(Task):
             raise ValueError(
                 f"{owner}.objective must be a simfl.neural.Objective, got {self.objective!r}"
             )
+        if self.augment is not None and not callable(self.augment):
+            raise ValueError(f"{owner}.augment must be callable or None, got {self.augment!r}")
         if self.eval_clients is not None:
             check_int(f"{owner}.eval_clients", self.eval_clients, low=1)
         check_device(f"{owner}.device", self.device)
@@ -197,6 +205,7 @@ class Supervised(Task):
             and obj.kind == "classification"
             and obj.loss is None
             and obj.metrics is None
+            and self.augment is None
         )
 
     @property
@@ -307,7 +316,7 @@ class ClientData:
         ids = torch.from_numpy(first).to(self.device)
         x, y = self.x_train.index_select(0, ids), self.y_train.index_select(0, ids)
         check_on_data(owner, model, spec.objective, x, y, self.device)
-        return ModuleNet(model, spec.objective, (x, y), self.device)
+        return ModuleNet(model, spec.objective, (x, y), self.device, augment=spec.augment)
 
     def describe(self) -> dict[str, Any]:
         """What trains the model (``res.meta["training"]``): the model, its size, the path."""

@@ -194,6 +194,10 @@ def train_cohort(
     rounding where the reordering moves clients in memory (MKL's small batched products round
     by their output's alignment; ``tests/test_neural_train.py``).
     """
+    if isinstance(net, ModuleNet) and net.trainer["path"] == "cohort":
+        chunk = net.cohort_chunk(sgd.batch_size)
+        if index.shape[0] > chunk:  # clients train independently: the cohort in pieces
+            return _in_chunks(net, params, x, y, index, phases, sgd, rngs, prox, limit, chunk)
     counts = (index >= 0).sum(axis=1)
     steps = -(-counts // sgd.batch_size)
     order = np.argsort(-steps, kind="stable")
@@ -265,6 +269,50 @@ def train_cohort(
     out = {n: p.detach() for n, p in params.items()}
     with np.errstate(invalid="ignore"):
         return out, cohort.loss_sum / cohort.steps_done
+
+
+def _in_chunks(
+    net: ModuleNet,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    index: IntArray,
+    phases: Sequence[Phase],
+    sgd: SGD,
+    rngs: Sequence[np.random.Generator],
+    prox: tuple[float, Params] | None,
+    limit: NDArray[np.float64] | None,
+    chunk: int,
+) -> tuple[Params, NDArray[np.float64]]:
+    """:func:`train_cohort` on pieces of ``chunk`` clients (the cohort path's memory bound)."""
+    c = index.shape[0]
+    outs: list[Params] = []
+    losses = []
+    for lo in range(0, c, chunk):
+        part = slice(lo, min(c, lo + chunk))
+
+        def piece(ps: Params) -> Params:
+            return {n: p[part] if net.stacked(n, p) else p for n, p in ps.items()}
+
+        got, loss = train_cohort(
+            net,
+            piece(params),
+            x,
+            y,
+            index[part],
+            phases,
+            sgd,
+            rngs[part],
+            None if prox is None else (prox[0], piece(prox[1])),
+            None if limit is None else limit[part],
+        )
+        outs.append(got)
+        losses.append(loss)
+    merged = {
+        n: torch.cat([o[n] for o in outs]) if net.stacked(n, outs[0][n]) else outs[0][n]
+        for n in outs[0]
+    }
+    return merged, np.concatenate(losses)
 
 
 def _stacked(net: Net | ModuleNet, name: str, p: Tensor) -> bool:

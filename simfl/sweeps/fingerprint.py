@@ -62,6 +62,7 @@ _ADDED_FIELDS: dict[str, dict[str, Any]] = {
         "device": "cpu",
         "threads": 1,
         "objective": FIELD_DEFAULT,
+        "augment": None,
     },
     "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "onednn"},
 }
