@@ -118,6 +118,9 @@ EXEMPT: dict[tuple[str, str], str] = {}
 NOT_CONSTRUCTORS = {
     "Dataset": "simfl.neural.Dataset holds loaded arrays; the data sources build it",
     "NeuralState": "an algorithm's state, built by the algorithm",
+    "ModuleNet": "a model bound to its data, built by the task",
+    "ClientData": "a task bound to a fleet, built by the task",
+    "ClientImages": "the former name of ClientData",
     "BaselineState": "a baseline algorithm's state, built by the algorithm",
     "Phase": "a training phase, built by the algorithms from their own checked fields",
 }
@@ -173,11 +176,24 @@ def _constructors() -> dict[str, Callable[..., Any]]:
         missing = "/nonexistent/data"  # sources load lazily: a directory is only a name here
         REQUIRED.update({c: {"path": missing} for c in (neural.CIFAR10, neural.CIFAR100)})
         REQUIRED[neural.FEMNIST] = {"path": missing}
+        REQUIRED[neural.Model] = {"factory": torch_module_factory()}
+        REQUIRED[neural.Supervised] = {"dataset": neural.Digits(), "model": neural.MLP((4, 4))}
+        EXEMPT[("Supervised", "model")] = "a module factory, Model or MLP/CNN (as_model checks)"
+        EXEMPT[("ImageClassification", "model")] = EXEMPT[("Supervised", "model")]
         found = _exported(neural, object)
         makes += [c for c in found if c.__name__ not in NOT_CONSTRUCTORS]
     named = {getattr(m, "__qualname__", repr(m)): m for m in makes}
     assert len(named) == len(makes), "two constructors share a name"
     return named
+
+
+def torch_module_factory() -> Callable[[], Any]:
+    """A zero-argument factory of a tiny ``torch.nn.Module``."""
+    import functools
+
+    from torch import nn
+
+    return functools.partial(nn.Linear, 2, 2)
 
 
 CONSTRUCTORS = _constructors()

@@ -139,11 +139,10 @@ class Model:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, str):
-                object.__setattr__(self, name, (value,))
-                value = (value,)
             if not (
-                isinstance(value, tuple) and value and all(isinstance(p, str) for p in value)
+                isinstance(value, tuple)
+                and value
+                and all(isinstance(p, str) and p for p in value)
             ):
                 raise ValueError(
                     f"Model.{name} must be a tuple of name patterns (e.g. ('fc',)), got "
@@ -261,6 +260,10 @@ class Objective:
                     f"{self.metrics!r}"
                 )
         if self.goals is not None:
+            if not isinstance(self.goals, Mapping):
+                raise ValueError(
+                    f"Objective.goals must map metric names to 'max' or 'min', got {self.goals!r}"
+                )
             for k, v in dict(self.goals).items():
                 check_choice(f"Objective.goals[{k!r}]", v, ("max", "min"))
 
