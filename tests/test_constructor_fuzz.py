@@ -173,6 +173,10 @@ def _constructors() -> dict[str, Callable[..., Any]]:
         missing = "/nonexistent/data"  # sources load lazily: a directory is only a name here
         REQUIRED.update({c: {"path": missing} for c in (neural.CIFAR10, neural.CIFAR100)})
         REQUIRED[neural.FEMNIST] = {"path": missing}
+        REQUIRED[neural.Shakespeare] = {"path": missing}
+        pairs = {"x_train": np.zeros((4, 2)), "y_train": np.array([0, 1, 0, 1])}
+        REQUIRED[neural.Tensors] = pairs
+        REQUIRED[neural.FromDataset] = {"train": [(np.zeros(2), 0), (np.ones(2), 1)] * 2}
         found = _exported(neural, object)
         makes += [c for c in found if c.__name__ not in NOT_CONSTRUCTORS]
     named = {getattr(m, "__qualname__", repr(m)): m for m in makes}
@@ -515,11 +519,15 @@ VALID: dict[tuple[str, str], list[Any]] = {
     ("Scenario", "max_time"): [10.0, np.float64(10.0)],
     ("Scenario", "seed"): [np.uint64(7)],
     ("ClientArrays", "n_classes"): [2, np.int64(3)],
+    ("Tensors", "n_classes"): [2, np.int64(3)],
+    ("FromDataset", "n_classes"): [2, np.int64(3)],
 }
 #: Fields whose automatic twins are not valid on their own (another field must change too).
 NOT_ALONE = {
     ("Target", "above"): "a target takes exactly one of below= and above=",
     ("ClientArrays", "n_classes"): "at least 2 classes",
+    ("Tensors", "n_classes"): "more classes than the largest label (1)",
+    ("FromDataset", "n_classes"): "more classes than the largest label (1)",
 }
 
 
