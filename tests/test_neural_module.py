@@ -179,7 +179,9 @@ def test_the_loop_and_the_cohort_paths_agree(algorithm):
 def test_a_module_vmap_cannot_take_falls_back_to_the_loop_and_says_why():
     res = simfl.run(scenario(Model(Branchy, trainer="cohort")), progress=False)
     training = res.meta["training"]
-    assert training["trainer"] == "loop" and "vmap cannot take Branchy" in training["trainer_reason"]
+    assert (
+        training["trainer"] == "loop" and "vmap cannot take Branchy" in training["trainer_reason"]
+    )
     assert res.meta["status"] == "ok"
 
 
@@ -328,7 +330,10 @@ def test_a_model_too_large_for_memory_is_refused_in_cohort_mode(monkeypatch):
 
     monkeypatch.setattr(module, "memory_budget", lambda device: 1000)
     net = ModuleNet(
-        Model(TinyBN), Objective(), (torch.zeros(2, 1, 8, 8), torch.tensor([0, 1])), torch.device("cpu")
+        Model(TinyBN),
+        Objective(),
+        (torch.zeros(2, 1, 8, 8), torch.tensor([0, 1])),
+        torch.device("cpu"),
     )
     with pytest.raises(ModelCheckError, match=r"one client's training of TinyBN needs about"):
         net.cohort_chunk(batch_size=10)

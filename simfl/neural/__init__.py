@@ -82,9 +82,9 @@ from simfl.neural.data import (
     Tensors,
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
+from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
 from simfl.neural.partition import IID, Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
-from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
 from simfl.neural.task import ClientData, ClientImages, ImageClassification, Supervised
 from simfl.neural.text import Plays, Shakespeare
 from simfl.neural.train import SGD, Phase

@@ -72,8 +72,8 @@ from typing import ClassVar
 from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
 from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
-from simfl.neural.models import ModelSpec, Net, Params
-from simfl.neural.module import ModuleNet
+from simfl.neural.models import ModelSpec, Params
+from simfl.neural.module import AnyNet
 from simfl.neural.task import Supervised
 from simfl.neural.train import DEFAULT_SGD, SGD, Phase
 from simfl.outcome import Outcome
@@ -123,10 +123,10 @@ class NeuralFedAvg(NeuralAlgorithm):
         check_int(f"{owner}.epochs", self.epochs, low=1)
         _check_common(owner, self.optimizer, self.finetune_epochs)
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return ()
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
@@ -168,10 +168,10 @@ class NeuralLocalOnly(NeuralAlgorithm):
         check_int("NeuralLocalOnly.epochs", self.epochs, low=1)
         _check_common("NeuralLocalOnly", self.optimizer, 0)
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.layer_names
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
@@ -198,10 +198,10 @@ class FedPer(NeuralAlgorithm):
         check_int("FedPer.epochs", self.epochs, low=1)
         _check_common("FedPer", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.head
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
 
@@ -251,10 +251,10 @@ class NeuralFedRep(NeuralAlgorithm):
         )
         _check_common("NeuralFedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.head
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:  # noqa: D102
         head = (Phase(network.head, self.head_epochs),) if self.head_epochs else ()
         if self.interleave:
             return (*head, Phase(network.body, 1)) * self.body_epochs
@@ -309,7 +309,7 @@ class LGFedAvg(NeuralAlgorithm):
         check_int("LGFedAvg.pretrain_rounds", self.pretrain_rounds, low=0)
         _check_common("LGFedAvg", self.optimizer, self.finetune_epochs, self.finetune_from)
 
-    def global_names(self, network: Net | ModuleNet) -> tuple[str, ...]:
+    def global_names(self, network: AnyNet) -> tuple[str, ...]:
         """The global layers of ``network`` (a tuple of patterns is matched to its layers)."""
         if isinstance(self.global_layers, str):
             split = network.lg_global.get(self.global_layers)
@@ -322,7 +322,7 @@ class LGFedAvg(NeuralAlgorithm):
             return split
         return network.resolve_layers("LGFedAvg.global_layers", self.global_layers)
 
-    def check_network(self, network: Net | ModuleNet) -> None:  # noqa: D102
+    def check_network(self, network: AnyNet) -> None:  # noqa: D102
         glob = set(self.global_names(network))
         if glob >= set(network.layer_names) - set(network.local_layers):
             raise ValueError("LGFedAvg.global_layers must leave at least one local layer")
@@ -341,11 +341,11 @@ class LGFedAvg(NeuralAlgorithm):
             if {n for p in self.global_layers for n in fnmatch.filter(names, p)} == set(names):
                 raise ValueError("LGFedAvg.global_layers must leave at least one local layer")
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:  # noqa: D102
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         glob = set(self.global_names(network))
         return tuple(n for n in network.layer_names if n not in glob)
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:  # noqa: D102
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:  # noqa: D102
         return (Phase(network.layer_names, self.epochs),)
 
     def exchanged(self, state: NeuralState) -> tuple[str, ...]:

@@ -49,8 +49,8 @@ from numpy.typing import NDArray
 
 from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.network import Payload
-from simfl.neural.models import Net, Params
-from simfl.neural.module import ModuleNet
+from simfl.neural.models import Params
+from simfl.neural.module import AnyNet, ModuleNet
 from simfl.neural.task import ClientData, Supervised
 from simfl.neural.train import SGD, Phase, score_cohort, train_cohort
 from simfl.outcome import Outcome
@@ -70,7 +70,7 @@ EVAL_CHUNK = 32
 class NeuralState:
     """Server parameters, each client's local parameters, and what ``work`` needs."""
 
-    network: Net | ModuleNet
+    network: AnyNet
     #: The server's parameters and buffers (no client axis).
     shared: Params
     #: The local parameters of a client that has none of its own yet.
@@ -110,11 +110,11 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     finetune_from: str = "own"
 
     # ------------------------------------------------------------------ what subclasses say
-    def local_layers(self, network: Net | ModuleNet) -> tuple[str, ...]:
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:
         """Layers each client keeps between rounds (the rest is shared)."""
         raise NotImplementedError
 
-    def phases(self, network: Net | ModuleNet) -> tuple[Phase, ...]:
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:
         """The local schedule of one round."""
         raise NotImplementedError
 
@@ -129,7 +129,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
     def check_model(self, task: Supervised) -> None:
         """Raise ``ValueError`` if the task's network does not suit this algorithm."""
 
-    def check_network(self, network: Net | ModuleNet) -> None:
+    def check_network(self, network: AnyNet) -> None:
         """Raise ``ValueError`` if the built network does not suit this algorithm."""
 
     # ------------------------------------------------------------------ the contract
@@ -263,8 +263,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         return {name: p.numpy() for name, p in state.shared.items()}
 
     def with_shared(self, state: NeuralState, shared: dict[str, NDArray[Any]]) -> NeuralState:
-        """``state`` with new server parameters (each in its own dtype: float32, or an
-        integer buffer rounded)."""
+        """``state`` with new server parameters, each in its own dtype (integers rounded)."""
         params = {
             name: torch.from_numpy(_as_dtype(np.asarray(value), state.shared[name].numpy().dtype))
             for name, value in shared.items()
@@ -286,9 +285,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         parts = list(self._scores(state, data))
         samples = np.concatenate([p[1] for p in parts]).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            metrics = {
-                m: np.concatenate([p[0][m] for p in parts]) / samples for m in parts[0][0]
-            }
+            metrics = {m: np.concatenate([p[0][m] for p in parts]) / samples for m in parts[0][0]}
         return data.eval_clients, metrics
 
     def _scores(

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -241,8 +241,6 @@ class DataSource:
     """Where a data set comes from (a frozen dataclass in each subclass; hashable, cached)."""
 
     limit: int | None
-    #: The kind of data it loads, known before loading (a task's default objective).
-    kind: ClassVar[str] = "classification"
 
     def _load(self) -> Dataset:
         raise NotImplementedError

@@ -65,10 +65,11 @@ from torch.func import functional_call, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
 from simfl._checks import check_choice
-from simfl.neural.models import Params, param_layer
+from simfl.neural.models import Net, Params, param_layer
 
 __all__ = [
     "KINDS",
+    "AnyNet",
     "Model",
     "ModelCheckError",
     "ModuleNet",
@@ -140,13 +141,10 @@ class Model:
             if value is None:
                 continue
             if not (
-                isinstance(value, tuple)
-                and value
-                and all(isinstance(p, str) and p for p in value)
+                isinstance(value, tuple) and value and all(isinstance(p, str) and p for p in value)
             ):
                 raise ValueError(
-                    f"Model.{name} must be a tuple of name patterns (e.g. ('fc',)), got "
-                    f"{value!r}"
+                    f"Model.{name} must be a tuple of name patterns (e.g. ('fc',)), got {value!r}"
                 )
         check_choice("Model.norm", self.norm, ("shared", "local"))
         check_choice("Model.trainer", self.trainer, ("auto", "cohort", "loop"))
@@ -163,7 +161,7 @@ def as_model(model: object, owner: str) -> Model:
             f"own copy from the run's seed; got an instance of {type(model).__name__}"
         )
     if callable(model):
-        return Model(model)  # type: ignore[arg-type]
+        return Model(model)
     raise ValueError(
         f"{owner} must be a torch.nn.Module factory (a class or a zero-argument function), "
         f"a simfl.neural.Model, or MLP(...)/CNN(...), got {model!r}"
@@ -251,14 +249,13 @@ class Objective:
         check_choice("Objective.kind", self.kind, KINDS)
         if self.loss is not None and not callable(self.loss):
             raise ValueError(f"Objective.loss must be callable, got {self.loss!r}")
-        if self.metrics is not None:
-            if not isinstance(self.metrics, Mapping) or not all(
-                isinstance(k, str) and callable(v) for k, v in self.metrics.items()
-            ):
-                raise ValueError(
-                    f"Objective.metrics must map metric names to callables, got "
-                    f"{self.metrics!r}"
-                )
+        if self.metrics is not None and (
+            not isinstance(self.metrics, Mapping)
+            or not all(isinstance(k, str) and callable(v) for k, v in self.metrics.items())
+        ):
+            raise ValueError(
+                f"Objective.metrics must map metric names to callables, got {self.metrics!r}"
+            )
         if self.goals is not None:
             if not isinstance(self.goals, Mapping):
                 raise ValueError(
@@ -317,7 +314,6 @@ def memory_budget(device: torch.device) -> int:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         pages = 8 << 30
     return int(pages * _SAFETY)
-
 
 
 @dataclass
@@ -455,7 +451,7 @@ class ModuleNet:
 
     # ------------------------------------------------------------------ values
     def init(self, generator: torch.Generator | np.random.Generator) -> Params:
-        """Fresh parameters and buffers: the factory's own initialisation, seeded by ``generator``."""
+        """Fresh parameters and buffers: the factory's own initialisation from ``generator``."""
         module = build_module(self.model.factory, module_seed(generator))
         got = {n: t.detach().clone() for n, t in module.state_dict(keep_vars=True).items()}
         missing = set(self.shapes) - set(got)
@@ -478,9 +474,7 @@ class ModuleNet:
             )
         return out
 
-    def forward(
-        self, params: Params, x: Tensor, start: int = 0, stop: int | None = None
-    ) -> Tensor:
+    def forward(self, params: Params, x: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
         """Outputs of ``x`` ``(C, B, ...)``: client ``c`` through its own slice of stacked tensors.
 
         Evaluation mode (no dropout, running statistics used); ``start``/``stop`` must be the
@@ -634,16 +628,16 @@ class ModuleNet:
         if got is None:
             names = set(self.params_of(key))
             params = self.init(torch.Generator().manual_seed(0))
-            params = {
-                n: p.to(self.device).requires_grad_(n in names) for n, p in params.items()
-            }
+            params = {n: p.to(self.device).requires_grad_(n in names) for n, p in params.items()}
             x, y = self._sample
             self.module.train()
-            with _Seeded([0] if self.random else None, self.device):
-                with FlopCounterMode(display=False) as counter:
-                    loss = self._loss(params, x, y)
-                    if names:
-                        torch.autograd.grad(loss, [params[n] for n in self.param_names if n in names])
+            with (
+                _Seeded([0] if self.random else None, self.device),
+                FlopCounterMode(display=False) as counter,
+            ):
+                loss = self._loss(params, x, y)
+                if names:
+                    torch.autograd.grad(loss, [params[n] for n in self.param_names if n in names])
             got = self._probe.flops[key] = counter.get_total_flops() / 2.0 / x.shape[0]
         return got
 
@@ -665,7 +659,7 @@ class ModuleNet:
             xs, ys = torch.stack([x, x]), torch.stack([y, y])
             loss = self._group(stacked, xs, ys, np.arange(2), x.shape[0], [0, 1])
             torch.autograd.grad(loss[1].sum(), [stacked[n] for n in self.param_names])
-        except Exception as exc:  # noqa: BLE001 - any failure of vmap means: use the loop
+        except Exception as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return {
                 "path": "loop",
@@ -710,9 +704,11 @@ class ModuleNet:
                 params[n].requires_grad_(True)
             x, y = self._sample
             self.module.train()
-            with _Seeded([0] if self.random else None, self.device):
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    self._loss(params, x, y)
+            with (
+                _Seeded([0] if self.random else None, self.device),
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            ):
+                self._loss(params, x, y)
             self._probe.saved_bytes = max(1.0, saved[0] / x.shape[0])
         return self._probe.saved_bytes
 
@@ -741,3 +737,7 @@ class _Seeded:
         if self._fork is not None:
             self._fork.__exit__(*exc)
             self._fork = None
+
+
+#: A built model: a paper network (:class:`~simfl.neural.models.Net`) or a module.
+AnyNet = Net | ModuleNet

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -95,18 +95,14 @@ class Partition:
         """Each client's training and test indices into ``data``'s pools (in that order).
 
         The same draws from ``rng`` as :meth:`split` then :meth:`split_test` (which this calls
-        with the data set's labels, classes, groups and kind).
+        with the data set's labels, classes, groups and kind). Class labels are passed without
+        the ``kind`` keyword, so a partition written before kinds existed splits them as it did.
         """
-        train = self.split(
-            data.y_train,
-            n_clients,
-            data.n_classes,
-            rng,
-            None if data.groups is None else data.groups[0],
-            kind=data.kind,
-        )
+        extra: dict[str, Any] = {} if data.kind == "classification" else {"kind": data.kind}
+        groups = None if data.groups is None else data.groups[0]
+        train = self.split(data.y_train, n_clients, data.n_classes, rng, groups, **extra)
         test = self.split_test(
-            train, data.y_train, data.y_test, data.n_classes, rng, data.groups, kind=data.kind
+            train, data.y_train, data.y_test, data.n_classes, rng, data.groups, **extra
         )
         return train, test
 

@@ -25,7 +25,8 @@ from torch import Tensor
 from simfl._checks import check_int
 from simfl.algorithms.base import Updates
 from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState
-from simfl.neural.models import Net, Params
+from simfl.neural.models import Params
+from simfl.neural.module import AnyNet
 from simfl.neural.task import ClientImages
 from simfl.neural.train import SGD, Phase, epoch_order, score_cohort, train_cohort
 from simfl.rng import Streams
@@ -80,7 +81,9 @@ def leaves(params: Params) -> Params:
     return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
 
 
-def batch_loss(net: Net, params: Params, x: Tensor, y: Tensor, idx: Tensor, pos: Tensor) -> Tensor:
+def batch_loss(
+    net: AnyNet, params: Params, x: Tensor, y: Tensor, idx: Tensor, pos: Tensor
+) -> Tensor:
     """Each client's mean cross-entropy on its minibatch ``pos`` (-1: none; 0 for no sample).
 
     ``idx`` ``(C, Nmax)`` holds each client's sample indices into ``x`` (padded with -1), ``pos``
@@ -195,7 +198,7 @@ class Baseline(NeuralAlgorithm):
     #: Whether clients are evaluated with their personal models (Ditto, pFedMe, L2GD).
     evaluates_personal: ClassVar[bool] = False
 
-    def local_layers(self, network: Net) -> tuple[str, ...]:
+    def local_layers(self, network: AnyNet) -> tuple[str, ...]:
         """None: every layer is shared (personal models live in ``BaselineState.personal``)."""
         return ()
 
@@ -203,7 +206,7 @@ class Baseline(NeuralAlgorithm):
         """Epochs of minibatch steps of a round (what ``job_steps`` counts)."""
         return self.epochs
 
-    def phases(self, network: Net) -> tuple[Phase, ...]:
+    def phases(self, network: AnyNet) -> tuple[Phase, ...]:
         """Every layer for :meth:`local_epochs` (what ``work`` and ``job_steps`` count)."""
         return (Phase(network.layer_names, self.local_epochs()),)
 

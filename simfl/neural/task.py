@@ -189,8 +189,11 @@ class Supervised(Task):
 
     @property
     def resolved_objective(self) -> Objective:
-        """:attr:`objective`, or the default of the data source's kind (``"classification"``
-        for images, ``"next_token"`` for text, a :class:`~simfl.neural.Tensors`' own)."""
+        """:attr:`objective`, or the default of the data source's kind.
+
+        ``"classification"`` for images, ``"next_token"`` for text, a
+        :class:`~simfl.neural.Tensors`' own.
+        """
         if self.objective is not None:
             return self.objective
         kind = getattr(self.dataset, "kind", "classification")

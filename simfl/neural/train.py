@@ -45,7 +45,7 @@ from torch import Tensor
 
 from simfl._checks import check_int, check_real
 from simfl.neural.models import Net, Params, param_layer
-from simfl.neural.module import ModuleNet
+from simfl.neural.module import AnyNet, ModuleNet
 
 __all__ = [
     "DEFAULT_SGD",
@@ -143,7 +143,7 @@ def _features(net: Net, params: Params, x: Tensor, index: Tensor, stop: int) -> 
 
 
 def train_cohort(
-    net: Net | ModuleNet,
+    net: AnyNet,
     params: Params,
     x: Tensor,
     y: Tensor,
@@ -241,9 +241,7 @@ def train_cohort(
     for phase in phases:
         names = net.params_of(phase.layers)
         _unfreeze(net, params, names, owned, c)
-        first = (
-            min(net.layer_names.index(param_layer(n)) for n in names) if net.splittable else 0
-        )
+        first = min(net.layer_names.index(param_layer(n)) for n in names) if net.splittable else 0
         # clients sit steps out where every layer a step computes is stacked per client (a
         # shared one is one product over all the clients' rows, whose rounding may follow
         # their number)
@@ -252,7 +250,9 @@ def train_cohort(
             _stacked(net, n, p) for n, p in params.items() if param_layer(n) in layers
         )
         with torch.no_grad():
-            feats = _features(net, params, x, cohort.idx, first) if first > 0 else None
+            feats = None
+            if isinstance(net, Net) and first > 0:
+                feats = _features(net, params, x, cohort.idx, first)
         for _ in range(phase.epochs):
             order = _stack_orders(
                 [epoch_order(rngs[i], int(counts[i]), sgd.batch_size) for i in range(c)],
@@ -291,7 +291,7 @@ def _in_chunks(
     for lo in range(0, c, chunk):
         part = slice(lo, min(c, lo + chunk))
 
-        def piece(ps: Params) -> Params:
+        def piece(ps: Params, part: slice = part) -> Params:
             return {n: p[part] if net.stacked(n, p) else p for n, p in ps.items()}
 
         got, loss = train_cohort(
@@ -315,12 +315,12 @@ def _in_chunks(
     return merged, np.concatenate(losses)
 
 
-def _stacked(net: Net | ModuleNet, name: str, p: Tensor) -> bool:
+def _stacked(net: AnyNet, name: str, p: Tensor) -> bool:
     """Whether the tensor ``p`` of parameter ``name`` is stacked per client (a leading axis)."""
     return p.dim() == len(net.shapes[name]) + 1
 
 
-def _in_order(net: Net | ModuleNet, params: Params, order: Tensor) -> Params:
+def _in_order(net: AnyNet, params: Params, order: Tensor) -> Params:
     """The stacked parameters' clients in ``order`` (copies); shared ones as they are."""
     return {n: p.index_select(0, order) if _stacked(net, n, p) else p for n, p in params.items()}
 
@@ -330,7 +330,7 @@ def _on(params: Params, device: torch.device) -> Params:
     return {n: p.to(device) for n, p in params.items()}
 
 
-def _unfreeze(net: Net | ModuleNet, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
+def _unfreeze(net: AnyNet, params: Params, names: Sequence[str], owned: set[str], c: int) -> None:
     """Make the parameters ``names`` of a phase trainable and detach the others (in place).
 
     A trainable parameter is first copied into a tensor of this call, stacked per client.
@@ -354,7 +354,7 @@ def _unfreeze(net: Net | ModuleNet, params: Params, names: Sequence[str], owned:
 class _Cohort:
     """What one :func:`train_cohort` call trains on, its momentum buffers and its losses."""
 
-    net: Net | ModuleNet
+    net: AnyNet
     x: Tensor
     y: Tensor
     idx: Tensor
@@ -512,7 +512,7 @@ def evaluate_cohort(
 
 
 def score_cohort(
-    net: Net | ModuleNet, params: Params, x: Tensor, y: Tensor, index: IntArray
+    net: AnyNet, params: Params, x: Tensor, y: Tensor, index: IntArray
 ) -> dict[str, NDArray[np.float64]]:
     """Per client, each metric of the task summed over its samples (``index`` ``(C, T)``).
 
