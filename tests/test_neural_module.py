@@ -18,7 +18,9 @@ from simfl.neural import (  # noqa: E402
     MLP,
     SGD,
     Digits,
+    FedAvgFT,
     FedPer,
+    FedProx,
     ImageClassification,
     LGFedAvg,
     Model,
@@ -26,6 +28,7 @@ from simfl.neural import (  # noqa: E402
     ModuleNet,
     NeuralFedAvg,
     NeuralFedRep,
+    NeuralLocalOnly,
     Objective,
     Phase,
     Shards,
@@ -379,3 +382,64 @@ def test_the_cohort_path_in_memory_sized_pieces_equals_it_whole(monkeypatch):
     monkeypatch.setattr(ModuleNet, "cohort_chunk", lambda self, batch_size: 2)
     pieces = simfl.run(scenario(Model(TinyBN, trainer="cohort")), progress=False)
     np.testing.assert_allclose(pieces.rounds["loss"], whole.rounds["loss"], rtol=1e-5)
+
+
+# ------------------------------------------------------------------ every algorithm, every family
+PHASED = [
+    NeuralFedAvg(epochs=1),
+    FedProx(epochs=1, mu=0.1),
+    FedAvgFT(epochs=1, finetune_epochs=1),
+    NeuralLocalOnly(epochs=1),
+    FedPer(epochs=1),
+    NeuralFedRep(head_epochs=1, body_epochs=1),
+    LGFedAvg(global_layers=("conv", "bn")),
+]
+FAMILIES = {
+    "wait-all": policies.WaitAll(fraction=0.5),
+    "deadline-partial": policies.Deadline(1.0, fraction=0.5, partial=True),
+    "fedbuff": policies.FedBuff(buffer_size=2, concurrency=4),
+    "fedat": policies.FedAT(tiers=2),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("algorithm", PHASED, ids=lambda a: a.name)
+def test_every_phased_algorithm_trains_a_module_under_every_policy_family(algorithm, family):
+    sc = Scenario(
+        task=ImageClassification(Digits(), Shards(2), TinyDrop),
+        algorithm=algorithm,
+        fleet=Fleet.homogeneous(8, compute=dists.Exponential(mean=1.0)),
+        policy=FAMILIES[family],
+        rounds=2,
+        seed=1,
+    )
+    res = simfl.run(sc, progress=False)
+    assert res.meta["status"] == "ok", res.meta.get("error")
+    assert np.isfinite(res.rounds["accuracy"].iloc[-1]) and len(res.rounds) == 2
+    if family == "deadline-partial":  # clients cut short send the prefix of their steps
+        assert res.clients["status"].isin(["arrived", "late", "dropped"]).all()
+
+
+def test_regression_on_your_own_tensors_with_natural_clients():
+    from simfl.neural import Supervised, Tensors
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(240, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5]) + 0.01 * rng.normal(size=240)).astype(np.float32)
+    clients = np.repeat(np.arange(6), 40)
+    data = Tensors(x, y, clients_train=clients, kind="regression")
+    task = Supervised(
+        data, model=lambda: nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))
+    )
+    assert task.metrics == ("mse", "mae", "loss") and task.goals["mse"] == "min"
+    sc = Scenario(
+        task=task,
+        algorithm=NeuralFedAvg(epochs=2, optimizer=SGD(lr=0.05, momentum=0.0, batch_size=8)),
+        fleet=Fleet.homogeneous(6, compute=dists.Exponential(mean=1.0)),
+        policy=policies.WaitAll(),
+        rounds=8,
+        seed=0,
+    )
+    res = simfl.run(sc, progress=False)
+    # the linear teacher's outputs have variance 1 + 4 + 0.25: a model that learned is far below
+    assert res.meta["initial_metrics"]["mse"] > 1.0 > res.rounds["mse"].iloc[-1]
