@@ -42,7 +42,9 @@ use as they use the paper networks' :class:`~simfl.neural.models.Net`:
 The trainer path (:attr:`Model.trainer`): ``"auto"`` takes the cohort path on a GPU, where
 small per-client models are launch-bound and one ``vmap`` kernel trains many clients, and the
 loop on a CPU, where the arithmetic dominates and ``vmap`` turns per-client convolutions into
-grouped ones that oneDNN runs slower (``analysis/perf/module_paths.py`` measures both).
+grouped ones that oneDNN runs slower (``analysis/perf/module_paths.py`` measures both). The
+choice is a rule, not a timing taken at run time: the two paths round differently, so a path
+chosen by a stopwatch would make a scenario's numbers depend on the machine's load.
 A module ``vmap`` cannot take (in-place updates of unbatched state, data-dependent control
 flow, ``.item()``) falls back to the loop; :attr:`ModuleNet.trainer` holds the path and the
 reason, and ``res.meta["training"]`` reports it.
