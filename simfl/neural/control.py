@@ -17,6 +17,14 @@ Methods, papers and departures:
   / (1 - rho)`` for momentum ``rho`` (``tau_i`` for plain SGD) and ``tau_i`` the steps the client
   took (fewer under a partial-work deadline). Weight decay is left out of ``a_i``, as in the
   authors' code.
+
+With a module's buffers (BatchNorm's running statistics): SCAFFOLD's controls, its corrected
+steps and its server step ``server_lr`` cover the trainable parameters; a client's buffers are
+updated by its forward passes, sent with its model, and the server takes their size-weighted
+average (integer ones rounded). FedNova normalises the parameters' moves and averages the
+buffers by size in the same way. Payload: SCAFFOLD sends the model (buffers included) and a
+control variate (one tensor per trainable parameter) each way (the server ``x`` and ``c``
+down, ``y_i`` and ``c_i+ - c_i`` up): twice the parameters FedAvg sends.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from numpy.typing import NDArray
 from simfl._checks import check_real
 from simfl.algorithms.base import Updates
 from simfl.algorithms.fednova import fednova
+from simfl.network import Payload
 from simfl.neural.algorithms import NeuralFedAvg
 from simfl.neural.base import NeuralState, weighted_means
 from simfl.neural.models import Params
@@ -39,6 +48,7 @@ from simfl.neural.personal import (
     Baseline,
     BaselineState,
     Momentum,
+    StepSeeds,
     batch_loss,
     check_common,
     grads,
@@ -94,8 +104,18 @@ class SCAFFOLD(Baseline):
 
     @staticmethod
     def _zero_controls(state: NeuralState) -> Params:
-        """A client's control before it first takes part: ``c_i = 0``."""
-        return {n: torch.zeros_like(p) for n, p in state.shared.items()}
+        """A client's control before it first takes part: ``c_i = 0`` (trainable parameters)."""
+        trainable = set(state.network.param_names)
+        return {n: torch.zeros_like(p) for n, p in state.shared.items() if n in trainable}
+
+    def payload(self, state: NeuralState) -> Payload:
+        """The model (buffers included) and a control variate, each way."""
+        model = super().payload(state)
+        trainable = set(state.network.param_names)
+        controls = sum(
+            int(p.numel()) * p.element_size() for n, p in state.shared.items() if n in trainable
+        )
+        return Payload(down=model.down + controls, up=model.up + controls)
 
     def local_updates(  # noqa: D102
         self,
@@ -109,21 +129,23 @@ class SCAFFOLD(Baseline):
         assert isinstance(state, BaselineState)
         net, sgd = state.network, self.optimizer
         idx, counts = self._data(data, clients)
-        y = stack_copy(state.shared, clients.size)
+        y = stack_copy(state.shared, clients.size, net.buffer_names)
         c_i = state.stacked(clients, self._zero_controls(state))
-        corr = {n: state.extra[n] - c_i[n] for n in y}
+        corr = {n: state.extra[n] - c_i[n] for n in c_i}
         mom = Momentum(sgd)
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
+        seeds = StepSeeds(net, rngs)
         for (pos,), active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit):
-            loss = batch_loss(net, y, data.x_train, data.y_train, idx, pos)
+            loss = batch_loss(net, y, data.x_train, data.y_train, idx, pos, seeds)
             g = grads(loss, y)
-            mom.step(y, {n: g[n] + corr[n] for n in y}, active)
+            mom.step(y, {n: g[n] + corr[n] for n in g}, active)
             loss_sum[active] += loss.detach().numpy()[active]
             steps[active] += 1
         k = torch.from_numpy(steps).to(torch.float32)
         params = dict(y)
-        for n, p in y.items():
+        for n in c_i:
+            p = y[n]
             scale = (k * sgd.lr).reshape(-1, *([1] * (p.dim() - 1)))
             moved = (state.shared[n] - p.detach()) / scale.clamp(min=1e-30)
             new_c = c_i[n] - state.extra[n] + moved
@@ -131,10 +153,17 @@ class SCAFFOLD(Baseline):
         return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """``x += server_lr (avg y - x)``; ``c += (1/N) sum (c_i+ - c_i)``; store ``c_i+``."""
+        """``x += server_lr (avg y - x)``; ``c += (1/N) sum (c_i+ - c_i)``; store ``c_i+``.
+
+        Buffers take the average of the clients' (no server step).
+        """
         assert isinstance(state, BaselineState)
         avg = weighted_means(updates, tuple(state.shared))
-        shared = {n: p + self.server_lr * (avg[n] - p) for n, p in state.shared.items()}
+        trainable = set(state.network.param_names)
+        shared = {
+            n: p + self.server_lr * (avg[n] - p) if n in trainable else avg[n]
+            for n, p in state.shared.items()
+        }
         old = state.stacked(updates.clients, self._zero_controls(state)).items()
         n_clients = state.sizes.size
         extra = {
@@ -163,7 +192,11 @@ class NeuralFedNova(NeuralFedAvg):
     name: ClassVar[str] = "FedNova"
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """``x - tau_eff sum_i p_i (x - y_i) / ||a_i||_1`` over the shared parameters."""
+        """``x - tau_eff sum_i p_i (x - y_i) / ||a_i||_1`` over the shared parameters.
+
+        Buffers take the size-weighted average; clients keep their local layers (a module's
+        normalisation layers under ``Model(norm="local")``) as under FedAvg.
+        """
         full = self.job_steps(state, updates.clients)
         if outcome.steps is None:
             tau = full
@@ -174,8 +207,12 @@ class NeuralFedNova(NeuralFedAvg):
             tau = np.minimum(done, full)
         norm = np.maximum(momentum_norm(tau, self.optimizer.momentum), 1e-12)  # 0 steps: no move
         weights = np.asarray(updates.weight, dtype=np.float64)
+        buffers = set(state.network.buffer_names)
+        averaged = weighted_means(updates, tuple(n for n in state.shared if n in buffers))
         shared = {
-            n: torch.from_numpy(
+            n: averaged[n]
+            if n in buffers
+            else torch.from_numpy(
                 fednova(
                     p.double().numpy(),
                     np.asarray(updates.params[n], dtype=np.float64),
@@ -185,7 +222,8 @@ class NeuralFedNova(NeuralFedAvg):
             )
             for n, p in state.shared.items()
         }
-        return replace(state, shared=shared, round=state.round + 1)
+        kept = self.keep_local(state, updates)
+        return replace(kept, shared=shared, round=state.round + 1)
 
 
 def momentum_norm(tau: NDArray[np.float64], rho: float) -> NDArray[np.float64]:

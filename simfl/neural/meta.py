@@ -14,6 +14,15 @@ Methods, papers and departures:
   client's whole training set (the personalised model of the MAML objective).
 * HF-MAML -- the Hessian-free Per-FedAvg with SRPFL's ``alpha=1e-2, lr (beta)=1e-1,
   delta=1e-3``.
+
+With a module's buffers (BatchNorm's running statistics): a client's update is what one torch
+module trained by the papers' code does, so every training forward pass of a step (at ``w``,
+at the adapted ``w_tmp``, and HF-MAML's two at ``w +- delta v``) updates the model's running
+statistics (2 updates per step, 4 with ``"hf"``), which travel with the model and are averaged
+by the server; the steps move the trainable parameters only. The evaluation's adaptation step
+runs in training mode like a local step (dropout masks from the keyed stream
+``("neural/adapt", client, aggregations so far)``), updating the running statistics that the
+test then uses.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from simfl.neural.personal import (
     Baseline,
     BaselineState,
     Momentum,
+    StepSeeds,
     batch_loss,
     check_common,
     grads,
@@ -106,22 +116,24 @@ class PerFedAvg(Baseline):
     ) -> Updates:
         net, sgd = state.network, self.optimizer
         idx, counts = self._data(data, clients)
-        w = stack_copy(state.shared, clients.size)
+        w = stack_copy(state.shared, clients.size, net.buffer_names)
+        bufs = {n: w[n] for n in net.buffer_names}  # the model's, updated by every pass
         mom = Momentum(sgd)
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
+        seeds = StepSeeds(net, rngs)
         roles = 3 if self.hessian == "hf" else 2
         x, y = data.x_train, data.y_train
         for pos, active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit, roles):
-            g = grads(batch_loss(net, w, x, y, idx, pos[0]), w)
-            tmp = leaves({n: w[n].detach() - self.alpha * g[n] for n in w})
-            outer = batch_loss(net, tmp, x, y, idx, pos[1])
+            g = grads(batch_loss(net, w, x, y, idx, pos[0], seeds), w)
+            tmp = {**leaves({n: w[n].detach() - self.alpha * g[n] for n in g}), **bufs}
+            outer = batch_loss(net, tmp, x, y, idx, pos[1], seeds)
             d = grads(outer, tmp)
             if self.hessian == "hf":
-                plus = leaves({n: w[n].detach() + self.delta * d[n] for n in w})
-                minus = leaves({n: w[n].detach() - self.delta * d[n] for n in w})
-                hp = grads(batch_loss(net, plus, x, y, idx, pos[2]), plus)
-                hm = grads(batch_loss(net, minus, x, y, idx, pos[2]), minus)
+                plus = {**leaves({n: w[n].detach() + self.delta * d[n] for n in d}), **bufs}
+                minus = {**leaves({n: w[n].detach() - self.delta * d[n] for n in d}), **bufs}
+                hp = grads(batch_loss(net, plus, x, y, idx, pos[2], seeds), plus)
+                hm = grads(batch_loss(net, minus, x, y, idx, pos[2], seeds), minus)
                 scale = self.alpha / (2 * self.delta)
                 d = {n: d[n] - scale * (hp[n] - hm[n]) for n in d}
             mom.step(w, d, active)
@@ -130,13 +142,20 @@ class PerFedAvg(Baseline):
         return self._updates(state, clients, w, mean_loss(loss_sum, steps))
 
     def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
-        """One step ``w - alpha grad f_i(w)`` on each client's whole training set."""
+        """One step ``w - alpha grad f_i(w)`` on each client's whole training set.
+
+        A module's step runs in training mode (its buffers updated, dropout seeded from the
+        keyed stream ``("neural/adapt", client, aggregations so far)``).
+        """
+        net = state.network
         idx, _ = self._data(data, clients)
-        w = stack_copy(state.shared, clients.size)
+        w = stack_copy(state.shared, clients.size, net.buffer_names)
         every = torch.arange(idx.shape[1]).expand(idx.shape[0], -1)
         pos = torch.where(idx >= 0, every, -1)
-        g = grads(batch_loss(state.network, w, data.x_train, data.y_train, idx, pos), w)
-        return {n: (w[n] - self.alpha * g[n]).detach() for n in w}
+        seeds = StepSeeds(net, self._rngs(data.streams, clients, state.round, "neural/adapt"))
+        g = grads(batch_loss(net, w, data.x_train, data.y_train, idx, pos, seeds), w)
+        adapted = {n: (w[n] - self.alpha * g[n]).detach() for n in g}
+        return {**adapted, **{n: w[n] for n in net.buffer_names}}
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,28 @@ generator, as :func:`~simfl.neural.train.train_cohort` draws them), :func:`batch
 :func:`grads` give each client's loss and its own gradient (the gradient of the sum splits by
 client), and :class:`Momentum` is ``torch.optim.SGD``'s step on stacked parameters, masked for
 the clients that have no batch left or reached their step limit.
+
+Any ``torch.nn.Module`` (:class:`~simfl.neural.module.ModuleNet`) runs through the same
+pieces. Its params dict also holds the module's buffers (BatchNorm's running statistics and
+``num_batches_tracked``): :func:`stack_copy` and :func:`leaves` stack them per client without
+a gradient, :func:`grads` differentiates only the tensors that require one (so
+:class:`Momentum`, control variates, proximal and mixing terms, all written over the
+gradient's names, never touch a buffer), and :func:`batch_loss` runs the module in training
+mode on each client's exact minibatch (:meth:`~simfl.neural.module.ModuleNet.losses`), whose
+forward pass updates the client's stacked buffers in place. A client's update is what one
+torch module trained by the method's reference code does: every training forward pass updates
+the module's running statistics, whatever parameters it runs with (Per-FedAvg's adapted and
+HF-MAML's perturbed copies share the model's buffers; pFedMe's local copy ``w`` shares those of
+the personal model ``theta``, the module its code trains), while a method with two models per
+client (Ditto, APFL) gives each its own buffers. Dropout masks come from :class:`StepSeeds`,
+keyed per client. The server averages buffers by training-set size (integer ones rounded); a
+server step, control variate or mixing rule of a method applies to its trainable parameters
+only (each method's module docstring says what it does with buffers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -25,9 +42,9 @@ from torch import Tensor
 from simfl._checks import check_int
 from simfl.algorithms.base import Updates
 from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState
-from simfl.neural.models import Params
-from simfl.neural.module import AnyNet
-from simfl.neural.task import ClientImages
+from simfl.neural.models import ModelSpec, Net, Params
+from simfl.neural.module import ModuleNet, as_model
+from simfl.neural.task import ClientImages, Supervised
 from simfl.neural.train import SGD, Phase, epoch_order, score_cohort, train_cohort
 from simfl.rng import Streams
 
@@ -37,6 +54,7 @@ __all__ = [
     "Baseline",
     "BaselineState",
     "Momentum",
+    "StepSeeds",
     "batch_loss",
     "grads",
     "minibatches",
@@ -69,29 +87,76 @@ class BaselineState(NeuralState):
 
 
 # ---------------------------------------------------------------------- batched SGD pieces
-def stack_copy(params: Params, c: int) -> Params:
-    """Each of ``params`` (no client axis) expanded to ``(c, ...)`` as a new leaf with grad."""
+def stack_copy(params: Params, c: int, buffers: Collection[str] = ()) -> Params:
+    """Each of ``params`` (no client axis) expanded to ``(c, ...)`` as a new leaf with grad.
+
+    ``buffers`` (a module's running statistics) are stacked copies without a gradient.
+    """
     return {
-        n: p.detach().expand(c, *p.shape).clone().requires_grad_(True) for n, p in params.items()
+        n: p.detach().expand(c, *p.shape).clone().requires_grad_(n not in buffers)
+        for n, p in params.items()
     }
 
 
-def leaves(params: Params) -> Params:
-    """New leaves (requiring grad) with the values of stacked ``params``."""
-    return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+def leaves(params: Params, buffers: Collection[str] = ()) -> Params:
+    """New leaves (requiring grad) with the values of stacked ``params``; ``buffers`` copies."""
+    return {n: p.detach().clone().requires_grad_(n not in buffers) for n, p in params.items()}
+
+
+class StepSeeds:
+    """Each client's keyed seeds for a module's random layers (dropout), one per forward pass.
+
+    For a :class:`~simfl.neural.module.ModuleNet` with random layers, each client's seed
+    generator is drawn from its minibatch generator ``rngs[i]`` before its first permutation
+    (as :func:`~simfl.neural.train.train_cohort` draws it), and every training forward pass
+    draws one seed for each client with a sample in it, so a client's masks follow only its own
+    steps. Otherwise (a paper network, a module without random layers) nothing is drawn and the
+    passes get ``None``.
+    """
+
+    def __init__(self, net: Net | ModuleNet, rngs: Sequence[np.random.Generator]) -> None:
+        self.gens: list[np.random.Generator] | None = None
+        if isinstance(net, ModuleNet) and net.random:
+            self.gens = [np.random.default_rng(r.integers(2**63)) for r in rngs]
+
+    def __call__(self, going: BoolArray) -> list[int] | None:
+        """One seed per client for a pass in which the clients ``going`` have samples."""
+        if self.gens is None:
+            return None
+        return [int(g.integers(2**63)) if on else 0 for g, on in zip(self.gens, going, strict=True)]
 
 
 def batch_loss(
-    net: AnyNet, params: Params, x: Tensor, y: Tensor, idx: Tensor, pos: Tensor
+    net: Net | ModuleNet,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    idx: Tensor,
+    pos: Tensor,
+    seeds: StepSeeds | None = None,
 ) -> Tensor:
-    """Each client's mean cross-entropy on its minibatch ``pos`` (-1: none; 0 for no sample).
+    """Each client's mean loss on its minibatch ``pos`` (-1: none; 0 for no sample).
 
     ``idx`` ``(C, Nmax)`` holds each client's sample indices into ``x`` (padded with -1), ``pos``
-    ``(C, B)`` positions into its row.
+    ``(C, B)`` positions into its row, the valid ones first. A paper network computes the
+    cross-entropy of every client's padded batch and masks it; a module computes its
+    objective's loss on exactly each client's samples in training mode
+    (:meth:`~simfl.neural.module.ModuleNet.losses`: ``params``' stacked buffers are updated in
+    place, ``seeds`` draws the dropout seeds).
     """
     valid = pos >= 0
     ids = idx.gather(1, pos.clamp(min=0))
     flat = ids.clamp(min=0)
+    if isinstance(net, ModuleNet):
+        n_valid = valid.sum(dim=1).numpy()
+        sel = flat.to(x.device)
+        return net.losses(
+            params,
+            x[sel.reshape(-1)].reshape(*sel.shape, *x.shape[1:]),
+            y[sel],
+            n_valid,
+            None if seeds is None else seeds(n_valid > 0),
+        )
     logits = net.forward(params, x[flat.reshape(-1)].reshape(*flat.shape, *x.shape[1:]))
     ce = nnf.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), y[flat].reshape(-1), reduction="none"
@@ -100,9 +165,13 @@ def batch_loss(
 
 
 def grads(loss: Tensor, params: Params) -> Params:
-    """Gradient of the cohort's summed loss: each client's own, by parameter name."""
-    values = torch.autograd.grad(loss.sum(), list(params.values()))
-    return dict(zip(params, values, strict=True))
+    """Gradient of the cohort's summed loss: each client's own, by parameter name.
+
+    Only the tensors of ``params`` that require a gradient (not a module's buffers).
+    """
+    names = [n for n, p in params.items() if p.requires_grad]
+    values = torch.autograd.grad(loss.sum(), [params[n] for n in names])
+    return dict(zip(names, values, strict=True))
 
 
 def minibatches(
@@ -141,7 +210,10 @@ def minibatches(
 
 @dataclass
 class Momentum:
-    """``torch.optim.SGD``'s step for stacked parameters, masked per client (in place)."""
+    """``torch.optim.SGD``'s step for stacked parameters, masked per client (in place).
+
+    It steps the names of the gradient (:func:`grads`: trainable parameters, never buffers).
+    """
 
     sgd: SGD
     bufs: dict[str, Tensor] = field(default_factory=dict)
@@ -198,15 +270,27 @@ class Baseline(NeuralAlgorithm):
     #: Whether clients are evaluated with their personal models (Ditto, pFedMe, L2GD).
     evaluates_personal: ClassVar[bool] = False
 
-    def local_layers(self, network: AnyNet) -> tuple[str, ...]:
+    def local_layers(self, network: Net | ModuleNet) -> tuple[str, ...]:
         """None: every layer is shared (personal models live in ``BaselineState.personal``)."""
         return ()
+
+    def check_model(self, task: Supervised) -> None:
+        """Refuse ``Model(norm="local")``: a baseline's clients train the whole model."""
+        if isinstance(task.model, ModelSpec):
+            return
+        model = as_model(task.model, f"{type(task).__name__}.model")
+        if model.norm == "local":
+            raise ValueError(
+                f"{type(task).__name__}.model: Model(norm='local') keeps the normalisation "
+                f"layers on the clients (FedBN), which {type(self).__name__} does not support "
+                f"(its clients train the whole model); use Model(norm='shared')"
+            )
 
     def local_epochs(self) -> int:
         """Epochs of minibatch steps of a round (what ``job_steps`` counts)."""
         return self.epochs
 
-    def phases(self, network: AnyNet) -> tuple[Phase, ...]:
+    def phases(self, network: Net | ModuleNet) -> tuple[Phase, ...]:
         """Every layer for :meth:`local_epochs` (what ``work`` and ``job_steps`` count)."""
         return (Phase(network.layer_names, self.local_epochs()),)
 

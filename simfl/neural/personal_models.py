@@ -28,6 +28,17 @@ Methods, papers and departures:
   ``mix = eta lam / (n p)``, local step size ``optimizer.lr = eta / (n (1 - p))``). Departure:
   the paper's coin flips (probability ``p`` of averaging per step) are replaced by simfl's rounds:
   ``epochs`` epochs of local steps, then one averaging step among the round's participants.
+
+With a module's buffers (BatchNorm's running statistics), each model keeps its own, updated
+by the training forward passes that run with it; the regularisation, proximal, mixing and
+averaging terms above are over the trainable parameters only. Ditto: the personal ``v`` and
+the global ``w`` each have their own buffers (the server averages ``w``'s by size). APFL: ``w``'s
+are updated by its own passes and averaged by the server; the mixture ``a v + (1 - a) w`` runs
+with ``v``'s buffers (the personal model's own, updated by the mixed passes), and so does the
+evaluated personal model. pFedMe: the local copy ``w`` carries the buffers of the personal
+model ``theta`` (the one module its code trains), which the server averages (``beta`` mixes
+the parameters). L2GD: the averaging step moves the parameters; each personal model keeps its
+own buffers, and the server's model takes their size-weighted average.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from simfl.neural.personal import (
     Baseline,
     BaselineState,
     Momentum,
+    StepSeeds,
     batch_loss,
     check_common,
     grads,
@@ -219,17 +231,19 @@ class APFL(Baseline):
         idx, counts = self._data(data, clients)
         own = state.stacked(clients, self._personal_default(state))
         a = own.pop("alpha").clone()
-        w, v = stack_copy(state.shared, clients.size), leaves(own)
+        buffers = net.buffer_names
+        w, v = stack_copy(state.shared, clients.size, buffers), leaves(own, buffers)
         mom_w, mom_v = Momentum(sgd), Momentum(sgd)
         a_lr = sgd.lr if self.alpha_lr is None else self.alpha_lr
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
+        seeds = StepSeeds(net, rngs)
         for (pos,), active in minibatches(rngs, counts, sgd.batch_size, self.epochs, limit):
-            loss = batch_loss(net, w, data.x_train, data.y_train, idx, pos)
+            loss = batch_loss(net, w, data.x_train, data.y_train, idx, pos, seeds)
             g_w = grads(loss, w)
             a_leaf = a.clone().requires_grad_(True)
-            mixed = {n: _mix(a_leaf, v[n], w[n].detach()) for n in w}
-            mixed_loss = batch_loss(net, mixed, data.x_train, data.y_train, idx, pos)
+            mixed = {n: v[n] if n in buffers else _mix(a_leaf, v[n], w[n].detach()) for n in w}
+            mixed_loss = batch_loss(net, mixed, data.x_train, data.y_train, idx, pos, seeds)
             g_v = grads(mixed_loss, {**v, "alpha": a_leaf})
             g_a = g_v.pop("alpha")
             mom_w.step(w, g_w, active)
@@ -254,7 +268,8 @@ class APFL(Baseline):
     ) -> Params:
         own = state.stacked(clients, self._personal_default(state))
         a = own.pop("alpha")
-        return {n: _mix(a, v, state.shared[n]) for n, v in own.items()}
+        buffers = state.network.buffer_names
+        return {n: v if n in buffers else _mix(a, v, state.shared[n]) for n, v in own.items()}
 
 
 def _mix(a: Tensor, v: Tensor, w: Tensor) -> Tensor:
@@ -332,21 +347,26 @@ class PFedMe(Baseline):
     ) -> Updates:
         net = state.network
         idx, counts = self._data(data, clients)
-        w = stack_copy(state.shared, clients.size)
-        theta = stack_copy(state.shared, clients.size)
+        buffers = net.buffer_names
+        theta = stack_copy(state.shared, clients.size, buffers)
+        w = stack_copy(state.shared, clients.size, buffers)
+        w.update({n: theta[n] for n in buffers})  # the one module's running statistics
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
+        seeds = StepSeeds(net, rngs)
         batch = self.optimizer.batch_size
         for (pos,), active in minibatches(rngs, counts, batch, self.epochs, limit):
             for _ in range(self.inner_steps):
-                loss = batch_loss(net, theta, data.x_train, data.y_train, idx, pos)
+                loss = batch_loss(net, theta, data.x_train, data.y_train, idx, pos, seeds)
                 g = grads(loss, theta)
                 with torch.no_grad():
-                    for n, p in theta.items():
+                    for n in g:
+                        p = theta[n]
                         move = g[n] + self.lam * (p - w[n])
                         p.sub_(self.personal_lr * move * masked(active, p))
             with torch.no_grad():
-                for n, p in w.items():
+                for n in g:
+                    p = w[n]
                     p.sub_(self.optimizer.lr * self.lam * (p - theta[n]) * masked(active, p))
             loss_sum[active] += loss.detach().numpy()[active]
             steps[active] += 1
@@ -354,10 +374,17 @@ class PFedMe(Baseline):
         return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """``w <- (1 - beta) w + beta avg(w_i)``; clients keep their ``theta``."""
+        """``w <- (1 - beta) w + beta avg(w_i)``; clients keep their ``theta``.
+
+        Buffers take the average of the clients' (``beta`` mixes parameters).
+        """
         assert isinstance(state, BaselineState)
         avg = weighted_means(updates, tuple(state.shared))
-        shared = {n: (1 - self.beta) * p + self.beta * avg[n] for n, p in state.shared.items()}
+        trainable = set(state.network.param_names)
+        shared = {
+            n: (1 - self.beta) * p + self.beta * avg[n] if n in trainable else avg[n]
+            for n, p in state.shared.items()
+        }
         personal = self._personal_rows(state, updates, PERSONAL)
         return replace(state, shared=shared, personal=personal, round=state.round + 1)
 
@@ -420,11 +447,17 @@ class L2GD(Baseline):
         return self._updates(state, clients, x, loss)
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """``x_bar`` = size-weighted average; each participant ``x_i -= mix (x_i - x_bar)``."""
+        """``x_bar`` = size-weighted average; each participant ``x_i -= mix (x_i - x_bar)``.
+
+        Buffers: each participant keeps its own; ``x_bar``'s are their average.
+        """
         assert isinstance(state, BaselineState)
         avg = weighted_means(updates, tuple(state.shared))
+        buffers = state.network.buffer_names
         personal = dict(state.personal)
         for j, c in enumerate(updates.clients):
             own = {n: torch.from_numpy(np.array(v[j])) for n, v in updates.params.items()}
-            personal[int(c)] = {n: x - self.mix * (x - avg[n]) for n, x in own.items()}
+            personal[int(c)] = {
+                n: x if n in buffers else x - self.mix * (x - avg[n]) for n, x in own.items()
+            }
         return replace(state, shared=avg, personal=personal, round=state.round + 1)

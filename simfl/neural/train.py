@@ -378,6 +378,8 @@ class _Cohort:
         it runs on views of the leading block of every stacked tensor, the same operations on
         the same memory as the whole cohort's step, so the same numbers bit for bit.
         """
+        if isinstance(self.net, ModuleNet) and not (pos >= 0).any():
+            return  # no client has a sample (partial work): a module computes nothing
         k = pos.shape[0]
         if self.sit_out:
             going = np.flatnonzero((pos >= 0).any(axis=1))
