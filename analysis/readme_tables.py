@@ -147,6 +147,42 @@ def performance_table(suite: Path = SUITE) -> str:
     return "\n".join(lines)
 
 
+MODULE_PATHS = HERE / "perf" / "results" / "module_paths.json"
+
+_PATH_NAMES = {
+    "module-loop": "LeNet-5 as a torch.nn.Module, per-client loop (the CPU default)",
+    "module-cohort": "LeNet-5 as a torch.nn.Module, vmap over the cohort",
+    "paper": "the paper network's fast path (Net)",
+    "base": "the fast path before the generic trainer (another checkout)",
+}
+
+
+def training_table(path: Path = MODULE_PATHS) -> str:
+    """W2 through each training path, side by side (``analysis/perf/module_paths.py``)."""
+    if not path.exists():
+        return "(no results: run analysis/perf/module_paths.py)"
+    data = json.loads(path.read_text())
+    summary = data["summary"]
+    ref = "base" if "base" in summary else "paper"
+    lines = [
+        "| path | CPU s per round | wall s per round | CPU vs " + ref + " | final accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in summary.items():
+        ratio = row["cpu_s_per_round"] / summary[ref]["cpu_s_per_round"]
+        accs = ", ".join(f"{a:.4f}" for a in sorted(set(row["final_test_acc"])))
+        lines.append(
+            f"| {_cell(_PATH_NAMES.get(name, name))} | {row['cpu_s_per_round']:.3f} | "
+            f"{row['wall_s_per_round']:.3f} | {ratio:.2f}x | {accs} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{_cell(data['workload'])}; median of {data['repeats']} interleaved runs each on "
+        f"{_cell(data['machine'])}."
+    )
+    return "\n".join(lines)
+
+
 def render_all() -> dict[str, str]:
     """The text of every table, by marker name."""
     files = results_files()
@@ -154,6 +190,7 @@ def render_all() -> dict[str, str]:
         "checks": checks_table(files),
         "reproduction": reproduction_table(all_claims(files)),
         "performance": performance_table(),
+        "training": training_table(),
     }
 
 
