@@ -178,7 +178,7 @@ def training_table(path: Path = MODULE_PATHS) -> str:
     lines.append("")
     lines.append(
         f"{_cell(data['workload'])}; median of {data['repeats']} interleaved runs each on "
-        f"{_cell(data['machine'])}."
+        f"{_cell(data['machine']['cpu'])} ({data['machine']['cores']} cores, shared)."
     )
     return "\n".join(lines)
 

@@ -443,3 +443,27 @@ def test_regression_on_your_own_tensors_with_natural_clients():
     res = simfl.run(sc, progress=False)
     # the linear teacher's outputs have variance 1 + 4 + 0.25: a model that learned is far below
     assert res.meta["initial_metrics"]["mse"] > 1.0 > res.rounds["mse"].iloc[-1]
+
+
+class Tied(nn.Module):
+    """An embedding whose output layer shares its weight (one tensor under two names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 6)
+        self.out = nn.Linear(6, 10, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(x))
+
+
+def test_tied_weights_train_as_one_tensor():
+    net = ModuleNet(
+        Model(Tied), Objective(), (torch.tensor([1, 2]), torch.tensor([3, 4])), torch.device("cpu")
+    )
+    params = net.init(torch.Generator().manual_seed(0))
+    assert net.param_names == ("embed.weight",)
+    params["embed.weight"] = torch.zeros(10, 6)
+    out = net.forward({n: p[None] for n, p in params.items()}, torch.tensor([[1, 2]]))
+    assert torch.equal(out, torch.zeros(1, 2, 10))  # the output layer used the passed weight

@@ -42,6 +42,17 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def once(tree: Path, flags: list[str], rounds: int) -> dict[str, Any]:
     """One W2 run of ``tree``'s ``w2_simfl.py`` in a fresh process: its JSON row."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -94,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = {
         "workload": f"W2: {a.rounds} rounds, 10 of 100 clients, 1 epoch, batch 50, 1 thread",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
         "repeats": a.repeats,
         "base": None if a.base is None else str(a.base),
         "summary": summary,

@@ -98,6 +98,15 @@ def _check_common(
     check_choice(f"{owner}.finetune_from", finetune_from, ("own", "average"))
 
 
+def _check_body(owner: str, network: AnyNet) -> None:
+    """A shared body to average: the head must leave a layer with parameters."""
+    if not network.params_of(network.body):
+        raise ValueError(
+            f"{owner}: the model's head {list(network.head)} covers every layer with "
+            f"parameters, so the shared body would be empty (set Model(head=...))"
+        )
+
+
 @dataclass(frozen=True)
 class NeuralFedAvg(NeuralAlgorithm):
     """FedAvg: the whole network is shared and trained for ``epochs`` local epochs.
@@ -198,6 +207,9 @@ class FedPer(NeuralAlgorithm):
         check_int("FedPer.epochs", self.epochs, low=1)
         _check_common("FedPer", self.optimizer, self.finetune_epochs, self.finetune_from)
 
+    def check_network(self, network: AnyNet) -> None:  # noqa: D102
+        _check_body("FedPer", network)
+
     def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.head
 
@@ -250,6 +262,9 @@ class NeuralFedRep(NeuralAlgorithm):
             self, "interleave", check_bool("NeuralFedRep.interleave", self.interleave)
         )
         _check_common("NeuralFedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
+
+    def check_network(self, network: AnyNet) -> None:  # noqa: D102
+        _check_body("NeuralFedRep", network)
 
     def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.head

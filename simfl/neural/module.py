@@ -368,6 +368,7 @@ class ModuleNet:
         self.name = type(module).__name__
         named_p = dict(module.named_parameters())
         named_b = dict(module.named_buffers())
+        self._tied = len(dict(module.named_parameters(remove_duplicate=False))) > len(named_p)
         if not named_p:
             raise ModelCheckError(f"the model {self.name} has no parameters to train")
         self.param_names = tuple(named_p)
@@ -392,11 +393,6 @@ class ModuleNet:
         else:
             self.head = self._select("Model.head", model.head)
         self.body = tuple(lay for lay in self.layer_names if lay not in self.head)
-        if not any(self._layer_of[p] in self.body for p in named_p):
-            raise ModelCheckError(
-                f"Model.head {model.head!r} covers every layer of {self.name}: FedRep's and "
-                f"FedPer's shared body would be empty"
-            )
         self.norm_layers = tuple(
             lay for lay in self.layer_names if isinstance(owners.get(lay), NORM_TYPES)
         )
@@ -469,7 +465,10 @@ class ModuleNet:
 
     # ------------------------------------------------------------------ computing
     def _call(self, params: Params, x: Tensor) -> Tensor:
-        out = functional_call(self.module, params, (x,), strict=True)
+        # every call passes every parameter and buffer (checked at build); untying and the
+        # strict key check would walk the module's tree at each call, so only a module with
+        # tied weights (one tensor under two names) pays for the untying
+        out = functional_call(self.module, params, (x,), tie_weights=self._tied, strict=False)
         if not isinstance(out, Tensor):
             raise ModelCheckError(
                 f"the forward pass of {self.name} returned {type(out).__name__}, not a tensor"
