@@ -11,6 +11,11 @@
 * Models (:mod:`~simfl.neural.models`): :class:`MLP` (``MLP.fedrep()``, ``MLP.lg()``) and
   :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``, ``CNN.lenet5()``), built into a
   :class:`Net`.
+* Client optimisers (:mod:`~simfl.neural.optim`): :class:`SGD`, :class:`Adam`, :class:`AdamW`
+  (``torch.optim``'s steps on a whole cohort; ``state="keep"`` carries each client's optimiser
+  state between its rounds); server optimisers (:mod:`~simfl.neural.server`, Reddi et al.,
+  ICLR 2021): :class:`FedAvgM`, :class:`FedAdam`, :class:`FedYogi`, :class:`FedAdagrad`, the
+  ``server_optimizer`` of every algorithm whose server averages.
 * The task :class:`ImageClassification` and the algorithms :class:`NeuralFedAvg`,
   :class:`FedAvgFT`, :class:`FedProx`, :class:`NeuralLocalOnly`, :class:`FedPer`,
   :class:`NeuralFedRep`, :class:`LGFedAvg` (named apart from the linear
@@ -72,10 +77,12 @@ from simfl.neural.data import (
     FashionMNIST,
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
+from simfl.neural.optim import SGD, Adam, AdamW, ClientOptimizer
 from simfl.neural.partition import Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
+from simfl.neural.server import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
 from simfl.neural.task import ClientImages, ImageClassification
-from simfl.neural.train import SGD, Phase
+from simfl.neural.train import Phase
 
 __all__ = [
     "APFL",
@@ -96,13 +103,20 @@ __all__ = [
     "MLP",
     "MNIST",
     "SGD",
+    "Adam",
+    "AdamW",
     "ClientImages",
+    "ClientOptimizer",
     "DataSource",
     "Dataset",
     "DatasetNotFoundError",
     "Digits",
     "Dirichlet",
     "FashionMNIST",
+    "FedAdagrad",
+    "FedAdam",
+    "FedAvgM",
+    "FedYogi",
     "NeuralFedAvg",
     "FedAvgFT",
     "FedPer",
@@ -119,5 +133,6 @@ __all__ = [
     "Net",
     "Partition",
     "Phase",
+    "ServerOptimizer",
     "Shards",
 ]
