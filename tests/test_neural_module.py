@@ -467,3 +467,25 @@ def test_tied_weights_train_as_one_tensor():
     params["embed.weight"] = torch.zeros(10, 6)
     out = net.forward({n: p[None] for n, p in params.items()}, torch.tensor([[1, 2]]))
     assert torch.equal(out, torch.zeros(1, 2, 10))  # the output layer used the passed weight
+
+
+def test_a_server_optimizer_steps_a_modules_parameters_and_averages_its_buffers():
+    from simfl.neural import FedAdam
+
+    sc = scenario(Model(TinyBN), NeuralFedAvg(epochs=1, server_optimizer=FedAdam(lr=0.01)))
+    data = sc.task.build(8, Streams(0))
+    alg = sc.algorithm
+    state = alg.initial_state(data, Streams(0))
+    clients = np.array([0, 3, 5])
+    ups = alg.local_updates(state, data, clients, 0, Streams(0))
+    new = alg.aggregate(state, ups, None)
+    assert not any("running" in k or "num_batches" in k for k in new.server_state)
+    assert new.shared["bn.num_batches_tracked"].dtype == torch.int64
+    w = state.sizes[clients] / state.sizes[clients].sum()
+    mean = np.tensordot(w, ups.params["bn.running_var"].astype(np.float64), axes=1)
+    np.testing.assert_array_equal(new.shared["bn.running_var"].numpy(), mean.astype(np.float32))
+    # Adam's first step moves every parameter by about lr (its update is m / sqrt(v) ~ sign)
+    step = (new.shared["fc.weight"] - state.shared["fc.weight"]).abs().max()
+    assert 0.005 < float(step) <= 0.01 + 1e-6
+    res = simfl.run(sc, progress=False)
+    assert res.meta["status"] == "ok"

@@ -42,6 +42,9 @@ and a complete example.
     the state with new server-side parameters (e.g. re-orthonormalised)
 ``keep_local(state, updates) -> state``
     the state with the clients' own parameters of ``updates`` kept (default: unchanged)
+``synchronous_only_reason() -> str | None``
+    why this instance cannot run under asynchronous or tiered policies (default: the class's
+    ``synchronous_only``)
 ``job_updates(states, data, clients, keys, streams) -> Updates``
     the updates of jobs that each started from their own state (default: one
     ``local_updates`` call per job)
@@ -322,6 +325,15 @@ class Algorithm(ABC, Generic[StateT]):
     def with_shared(self, state: StateT, shared: dict[str, NDArray[Any]]) -> StateT:
         """``state`` with its server-side parameters replaced by ``shared``."""
         raise NotImplementedError(f"{type(self).__name__} does not support asynchronous policies")
+
+    def synchronous_only_reason(self) -> str | None:
+        """Why this algorithm, as configured, cannot run under asynchronous or tiered policies.
+
+        ``None``: it can (given :meth:`shared` and :meth:`with_shared`). Default: the class's
+        :attr:`synchronous_only`; an algorithm whose fields decide (a neural algorithm with a
+        server optimiser) overrides it.
+        """
+        return type(self).synchronous_only
 
     def keep_local(self, state: StateT, updates: Updates) -> StateT:
         """``state`` with the clients' own parameters in ``updates`` kept, as in :meth:`aggregate`.

@@ -22,6 +22,11 @@
   (``MLP.fedrep()``, ``MLP.lg()``) and :class:`CNN` (``CNN.fedrep()``, ``CNN.fedrep100()``,
   ``CNN.lenet5()``), trained on their fast path (a :class:`Net`) or as ordinary modules
   (``spec.factory(shape, classes)``, :mod:`~simfl.neural.paper`).
+* Client optimisers (:mod:`~simfl.neural.optim`): :class:`SGD`, :class:`Adam`, :class:`AdamW`
+  (``torch.optim``'s steps on a whole cohort; ``state="keep"`` carries each client's optimiser
+  state between its rounds); server optimisers (:mod:`~simfl.neural.server`, Reddi et al.,
+  ICLR 2021): :class:`FedAvgM`, :class:`FedAdam`, :class:`FedYogi`, :class:`FedAdagrad`, the
+  ``server_optimizer`` of every algorithm whose server averages.
 * The tasks :class:`Supervised` (any data, an :class:`Objective` for classification,
   next-token prediction or regression) and :class:`ImageClassification` (image defaults), and
   the algorithms :class:`NeuralFedAvg`, :class:`FedAvgFT`, :class:`FedProx`,
@@ -87,11 +92,13 @@ from simfl.neural.data import (
 )
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
 from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
+from simfl.neural.optim import SGD, Adam, AdamW, ClientOptimizer
 from simfl.neural.partition import IID, Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
+from simfl.neural.server import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer
 from simfl.neural.task import ClientData, ClientImages, ImageClassification, Supervised
 from simfl.neural.text import Plays, Shakespeare
-from simfl.neural.train import SGD, Phase
+from simfl.neural.train import Phase
 
 __all__ = [
     "APFL",
@@ -112,8 +119,11 @@ __all__ = [
     "MLP",
     "MNIST",
     "SGD",
+    "Adam",
+    "AdamW",
     "ClientData",
     "ClientImages",
+    "ClientOptimizer",
     "Model",
     "ModelCheckError",
     "ModuleNet",
@@ -127,6 +137,10 @@ __all__ = [
     "FashionMNIST",
     "FromDataset",
     "IID",
+    "FedAdagrad",
+    "FedAdam",
+    "FedAvgM",
+    "FedYogi",
     "NeuralFedAvg",
     "FedAvgFT",
     "FedPer",
@@ -145,6 +159,7 @@ __all__ = [
     "Phase",
     "Plays",
     "Shakespeare",
+    "ServerOptimizer",
     "Shards",
     "Tensors",
 ]

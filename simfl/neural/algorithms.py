@@ -56,6 +56,11 @@ Shared departures from the published code, for all of them:
 * Defaults: the FedRep code's SGD (lr 0.01, momentum 0.5, weight decay 1e-4 on weights, batch
   10) for every algorithm; the LG code uses lr 0.05 and no weight decay on MNIST
   (``SGD(lr=0.05, weight_decay=0.0)``). Epochs default to the paper's 5 (FedRep: 10 + 5; LG: 1).
+* Optimisers: every algorithm here takes any client optimiser (:mod:`simfl.neural.optim`:
+  ``SGD``, ``Adam``, ``AdamW``, each with ``state="reset"`` or ``"keep"``) and a server optimiser
+  (``server_optimizer``, :mod:`simfl.neural.server`: ``FedAvgM``, ``FedAdam``, ``FedYogi``,
+  ``FedAdagrad``) on the average of the shared parameters; LG-FedAvg's pre-training rounds
+  step the whole network with it. Local-only has no server model and refuses one.
 * Heads and local layers that never trained (clients never selected) are the initial ones, as
   in the code. Fine-tuning before evaluation (``finetune_epochs``) trains the client's local
   layers (FedAvg+FT: the head) from its own values by default (the FedRep paper's "+FT");
@@ -71,11 +76,12 @@ from typing import ClassVar
 
 from simfl._checks import check_bool, check_choice, check_int, check_real
 from simfl.algorithms.base import Updates
-from simfl.neural.base import NeuralAlgorithm, NeuralState, weighted_means
+from simfl.neural.base import NeuralAlgorithm, NeuralState
 from simfl.neural.models import ModelSpec, Params
 from simfl.neural.module import AnyNet
+from simfl.neural.optim import DEFAULT_SGD, ClientOptimizer
 from simfl.neural.task import Supervised
-from simfl.neural.train import DEFAULT_SGD, SGD, Phase
+from simfl.neural.train import Phase
 from simfl.outcome import Outcome
 
 __all__ = [
@@ -89,13 +95,12 @@ __all__ = [
 ]
 
 
-def _check_common(
-    owner: str, optimizer: SGD, finetune_epochs: int, finetune_from: str = "own"
-) -> None:
-    if not isinstance(optimizer, SGD):
-        raise ValueError(f"{owner}.optimizer must be a simfl.neural.SGD, got {optimizer!r}")
-    check_int(f"{owner}.finetune_epochs", finetune_epochs, low=0)
-    check_choice(f"{owner}.finetune_from", finetune_from, ("own", "average"))
+def _check_common(alg: NeuralAlgorithm) -> None:
+    """The checks of the fields every algorithm here has (optimisers, fine-tuning)."""
+    owner = type(alg).__name__
+    alg.check_optimizers()
+    check_int(f"{owner}.finetune_epochs", alg.finetune_epochs, low=0)
+    check_choice(f"{owner}.finetune_from", alg.finetune_from, ("own", "average"))
 
 
 def _check_body(owner: str, network: AnyNet) -> None:
@@ -107,7 +112,7 @@ def _check_body(owner: str, network: AnyNet) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NeuralFedAvg(NeuralAlgorithm):
     """FedAvg: the whole network is shared and trained for ``epochs`` local epochs.
 
@@ -116,13 +121,13 @@ class NeuralFedAvg(NeuralAlgorithm):
     epochs
         Local epochs per round (>= 1).
     optimizer
-        Local SGD settings.
+        The client optimiser (``SGD``, ``Adam``, ``AdamW``; :mod:`simfl.neural.optim`).
     finetune_epochs
         Head epochs each client trains before it is evaluated (0: none).
     """
 
     epochs: int = 5
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "FedAvg"
@@ -130,7 +135,7 @@ class NeuralFedAvg(NeuralAlgorithm):
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_int(f"{owner}.epochs", self.epochs, low=1)
-        _check_common(owner, self.optimizer, self.finetune_epochs)
+        _check_common(self)
 
     def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return ()
@@ -139,7 +144,7 @@ class NeuralFedAvg(NeuralAlgorithm):
         return (Phase(network.layer_names, self.epochs),)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FedAvgFT(NeuralFedAvg):
     """FedAvg whose evaluation fine-tunes each client's head first (default 10 epochs)."""
 
@@ -148,7 +153,7 @@ class FedAvgFT(NeuralFedAvg):
     name: ClassVar[str] = "FedAvg+FT"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FedProx(NeuralFedAvg):
     """FedProx: FedAvg with the proximal term ``mu/2 ||w - w^t||^2`` (``mu >= 0``)."""
 
@@ -164,18 +169,19 @@ class FedProx(NeuralFedAvg):
         return (self.mu, state.shared)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NeuralLocalOnly(NeuralAlgorithm):
     """Local-only: each client trains its own network; nothing is sent or averaged."""
 
     epochs: int = 5
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
 
     name: ClassVar[str] = "Local"
+    server_rule: ClassVar[str | None] = "Local-only has no server model (nothing is averaged)"
 
     def __post_init__(self) -> None:
         check_int("NeuralLocalOnly.epochs", self.epochs, low=1)
-        _check_common("NeuralLocalOnly", self.optimizer, 0)
+        _check_common(self)
 
     def local_layers(self, network: AnyNet) -> tuple[str, ...]:  # noqa: D102
         return network.layer_names
@@ -184,7 +190,7 @@ class NeuralLocalOnly(NeuralAlgorithm):
         return (Phase(network.layer_names, self.epochs),)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FedPer(NeuralAlgorithm):
     """FedPer: personal heads, body and head trained together for ``epochs`` epochs.
 
@@ -197,7 +203,7 @@ class FedPer(NeuralAlgorithm):
     """
 
     epochs: int = 5
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
     finetune_from: str = "own"
 
@@ -205,7 +211,7 @@ class FedPer(NeuralAlgorithm):
 
     def __post_init__(self) -> None:
         check_int("FedPer.epochs", self.epochs, low=1)
-        _check_common("FedPer", self.optimizer, self.finetune_epochs, self.finetune_from)
+        _check_common(self)
 
     def check_network(self, network: AnyNet) -> None:  # noqa: D102
         _check_body("FedPer", network)
@@ -217,7 +223,7 @@ class FedPer(NeuralAlgorithm):
         return (Phase(network.layer_names, self.epochs),)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NeuralFedRep(NeuralAlgorithm):
     """FedRep: ``head_epochs`` on the personal head, then ``body_epochs`` on the shared body.
 
@@ -249,7 +255,7 @@ class NeuralFedRep(NeuralAlgorithm):
     head_epochs: int = 10
     body_epochs: int = 5
     interleave: bool = False
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
     finetune_from: str = "own"
 
@@ -261,7 +267,7 @@ class NeuralFedRep(NeuralAlgorithm):
         object.__setattr__(
             self, "interleave", check_bool("NeuralFedRep.interleave", self.interleave)
         )
-        _check_common("NeuralFedRep", self.optimizer, self.finetune_epochs, self.finetune_from)
+        _check_common(self)
 
     def check_network(self, network: AnyNet) -> None:  # noqa: D102
         _check_body("NeuralFedRep", network)
@@ -276,7 +282,7 @@ class NeuralFedRep(NeuralAlgorithm):
         return (*head, Phase(network.body, self.body_epochs))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LGFedAvg(NeuralAlgorithm):
     """LG-FedAvg: global layers averaged, local layers kept; all train for ``epochs`` epochs.
 
@@ -298,7 +304,7 @@ class LGFedAvg(NeuralAlgorithm):
     global_layers: str | tuple[str, ...] = "paper"
     epochs: int = 1
     pretrain_rounds: int = 0
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
     finetune_from: str = "own"
 
@@ -322,7 +328,7 @@ class LGFedAvg(NeuralAlgorithm):
             )
         check_int("LGFedAvg.epochs", self.epochs, low=1)
         check_int("LGFedAvg.pretrain_rounds", self.pretrain_rounds, low=0)
-        _check_common("LGFedAvg", self.optimizer, self.finetune_epochs, self.finetune_from)
+        _check_common(self)
 
     def global_names(self, network: AnyNet) -> tuple[str, ...]:
         """The global layers of ``network`` (a tuple of patterns is matched to its layers)."""
@@ -373,12 +379,15 @@ class LGFedAvg(NeuralAlgorithm):
         """LG aggregation; while pre-training, the local layers are averaged into the default."""
         if state.round >= self.pretrain_rounds:
             return super().aggregate(state, updates, outcome)
-        shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
-        default = {**state.local_default, **weighted_means(updates, tuple(state.local_default))}
+        # FedAvg on the whole network: a server optimiser steps every layer
+        whole, server = self.server_update(state, updates, {**state.shared, **state.local_default})
+        shared = {n: whole[n] for n in state.shared}
+        default = {n: whole[n] for n in state.local_default}
         return replace(
-            state,
+            self.keep_opt_state(state, updates),
             shared=shared,
             local_default=default,
             local_average=default,
+            server_state=server,
             round=state.round + 1,
         )

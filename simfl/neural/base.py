@@ -17,7 +17,16 @@ a value: ``aggregate`` returns a new one and never changes the old one or its te
 * ``aggregate`` replaces each shared parameter by the average of the cohort's copies weighted by
   training-set size (the FedRep code's ``lens`` weighting, also the SRPFL code's) and stores each
   aggregated client's local parameters (and the cohort's average of them, for
-  ``finetune_from="average"``); nothing else changes.
+  ``finetune_from="average"``); nothing else changes. With a ``server_optimizer``
+  (:mod:`simfl.neural.server`: FedAvgM, FedAdam, FedYogi, FedAdagrad) the server instead steps
+  from its model along the average's move, keeping the optimiser's state in
+  :attr:`NeuralState.server_state`.
+* Client optimisers (:mod:`simfl.neural.optim`: SGD, Adam, AdamW) with ``state="keep"`` carry
+  each client's optimiser state over to its next local update: an update holds the final state
+  as rows named ``"optim/<slot>/<parameter>"`` (:data:`OPTIM`), never averaged into the model
+  nor counted in the payload, and ``keep_local`` stores them in
+  :attr:`NeuralState.opt_state`, as it stores the local parameters (so asynchronous and tiered
+  policies keep them too).
 * ``evaluate`` scores every evaluated client with its personalised model; with
   ``finetune_epochs > 0`` each client first trains its personal part (its local layers, or the
   head when there are none, as FedAvg+FT) on its own training data for that many epochs, from a
@@ -39,9 +48,9 @@ cohort agrees to floating-point rounding (batched matrix products may block diff
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -51,19 +60,32 @@ from simfl.algorithms.base import Algorithm, ClientMetrics, Updates
 from simfl.network import Payload
 from simfl.neural.models import Params
 from simfl.neural.module import AnyNet, ModuleNet
+from simfl.neural.optim import SGD, ClientOptimizer, OptState
+from simfl.neural.server import ServerOptimizing, check_server_optimizer, server_step
 from simfl.neural.task import ClientData, Supervised
-from simfl.neural.train import SGD, Phase, score_cohort, train_cohort
+from simfl.neural.train import Phase, score_cohort, train_cohort
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 from simfl.tasks.base import Task
 
-__all__ = ["EVAL_CHUNK", "GMAC", "NeuralAlgorithm", "NeuralState", "weighted_means"]
+__all__ = [
+    "EVAL_CHUNK",
+    "GMAC",
+    "OPTIM",
+    "NeuralAlgorithm",
+    "NeuralState",
+    "weighted_means",
+    "weighted_means64",
+]
 
 IntArray = NDArray[np.int64]
 #: Multiply-accumulates per work unit.
 GMAC = 1e9
 #: Clients evaluated per batched call (bounds the memory of stacked local layers).
 EVAL_CHUNK = 32
+S = TypeVar("S", bound="NeuralState")
+#: Prefix of the rows of an update that hold a client's optimiser state (``state="keep"``).
+OPTIM = "optim/"
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,11 @@ class NeuralState:
     local_average: Params = field(default_factory=dict)
     #: Aggregations so far.
     round: int = 0
+    #: Each client's optimiser state after its last aggregated update (client optimisers with
+    #: ``state="keep"``), by ``"<slot>/<parameter>"``, without the client axis.
+    opt_state: Mapping[int, Params] = field(default_factory=dict)
+    #: The server optimiser's state, by ``"<slot>/<parameter>"`` (float64).
+    server_state: Params = field(default_factory=dict)
 
     def client_params(self, clients: IntArray) -> Params:
         """The models of ``clients``: shared parameters as they are, local ones stacked."""
@@ -94,16 +121,30 @@ class NeuralState:
         return params
 
 
-class NeuralAlgorithm(Algorithm[NeuralState]):
+class NeuralAlgorithm(Algorithm[NeuralState], ServerOptimizing):
     """Base of the neural algorithms (see the module docstring); subclasses are dataclasses.
 
-    Partial work (``partial_work``): a step is one minibatch SGD step, so a client under a
+    Partial work (``partial_work``): a step is one minibatch step, so a client under a
     deadline trains on a prefix of its batches (:meth:`partial_updates`).
+
+    Every subclass has the keyword-only field ``server_optimizer`` (default ``None``: the
+    size-weighted average; :class:`~simfl.neural.server.ServerOptimizing`), and its
+    ``__post_init__`` calls :meth:`check_optimizers`. The simfl classes are declared with
+    ``repr=False`` and use this class's ``__repr__``: the dataclass repr with
+    ``server_optimizer`` last, shown only when set.
     """
 
     partial_work: ClassVar[bool] = True
+    #: Why this algorithm takes no server optimiser (``None``: it does, on the size-weighted
+    #: average of the shared parameters that its aggregation takes).
+    server_rule: ClassVar[str | None] = None
+    #: Why this algorithm's client optimiser must be :class:`~simfl.neural.SGD` (``None``:
+    #: any client optimiser).
+    sgd_only: ClassVar[str | None] = None
+    #: Why this algorithm's client optimiser must have ``state="reset"`` (``None``: either).
+    reset_only: ClassVar[str | None] = None
 
-    optimizer: SGD
+    optimizer: ClientOptimizer
     #: Epochs each client fine-tunes its personal part before it is evaluated (0: none).
     finetune_epochs: int = 0
     #: Where fine-tuning starts: ``"own"`` local parameters or the last cohort's ``"average"``.
@@ -131,6 +172,52 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
 
     def check_network(self, network: AnyNet) -> None:
         """Raise ``ValueError`` if the built network does not suit this algorithm."""
+
+    def check_optimizers(self) -> None:
+        """Raise ``ValueError`` naming the field if an optimiser does not suit this algorithm.
+
+        ``optimizer`` must be a client optimiser (an SGD where :attr:`sgd_only`, with
+        ``state="reset"`` where :attr:`reset_only`), ``server_optimizer`` ``None`` or a server
+        optimiser (``None`` where :attr:`server_rule`).
+        """
+        owner = type(self).__name__
+        opt = self.optimizer
+        if self.sgd_only is not None and not isinstance(opt, SGD):
+            raise ValueError(
+                f"{owner}.optimizer must be a simfl.neural.SGD ({self.sgd_only}), got {opt!r}"
+            )
+        if not isinstance(opt, ClientOptimizer):
+            raise ValueError(
+                f"{owner}.optimizer must be a simfl.neural.SGD, Adam or AdamW (a "
+                f"ClientOptimizer), got {opt!r}"
+            )
+        if self.reset_only is not None and opt.state != "reset":
+            raise ValueError(
+                f"{owner}.optimizer.state must be 'reset' ({self.reset_only}), got {opt.state!r}"
+            )
+        check_server_optimizer(owner, self.server_optimizer)
+        if self.server_optimizer is not None and self.server_rule is not None:
+            raise ValueError(f"{owner}.server_optimizer must be None: {self.server_rule}")
+
+    def __repr__(self) -> str:
+        """The dataclass repr, with ``server_optimizer`` last and only when it is set."""
+        parts = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.repr and f.name != "server_optimizer"
+        ]
+        if self.server_optimizer is not None:
+            parts.append(f"server_optimizer={self.server_optimizer!r}")
+        return f"{type(self).__qualname__}({', '.join(parts)})"
+
+    def synchronous_only_reason(self) -> str | None:
+        """A server optimiser's state changes only in a synchronous aggregation."""
+        if self.server_optimizer is not None:
+            return (
+                f"its server optimizer ({type(self.server_optimizer).__name__}) steps only in "
+                f"a synchronous aggregation"
+            )
+        return super().synchronous_only_reason()
 
     # ------------------------------------------------------------------ the contract
     def check(self, task: Task | None) -> None:  # noqa: D102
@@ -179,7 +266,7 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         return Payload(down=size, up=size)
 
     def job_steps(self, state: NeuralState, clients: IntArray) -> NDArray[np.float64]:
-        """Minibatch SGD steps of each client's round: every phase's epochs of its batches."""
+        """Minibatch steps of each client's round: every phase's epochs of its batches."""
         batches = np.ceil(state.sizes[clients] / self.optimizer.batch_size)
         epochs = sum(p.epochs for p in self.phases(state.network))
         return np.asarray(epochs * batches, dtype=np.float64)
@@ -217,6 +304,8 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
         net = state.network
         phases = self.phases(net)
         rngs = [streams.generator("neural/batches", int(c), round) for c in clients]
+        trained = net.params_of({layer for p in phases for layer in p.layers})
+        opt_state = self.start_opt_state(state, clients, trained)
         params, loss = train_cohort(
             net,
             state.client_params(clients),
@@ -228,26 +317,93 @@ class NeuralAlgorithm(Algorithm[NeuralState]):
             rngs,
             self.prox(state),
             limit=limit,
+            opt_state=opt_state,
         )
         trained = net.params_of({layer for p in phases for layer in p.layers})
         trained += net.buffer_names  # the forward passes update every buffer
         return Updates(
             clients.astype(np.int64),
-            {n: params[n].cpu().numpy() for n in trained},
+            {**{n: params[n].cpu().numpy() for n in trained}, **opt_rows(opt_state)},
             loss=np.nan_to_num(loss, nan=0.0),  # a client without data trains nothing
             weight=state.sizes[clients],
         )
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """Size-weighted average of the shared parameters; clients keep their local ones."""
-        shared = dict(state.shared)
-        for name, value in weighted_means(updates, tuple(state.shared)).items():
-            shared[name] = value
+        """Size-weighted average of the shared parameters (or the server optimiser's step).
+
+        Clients keep their local parameters and optimiser state (:meth:`keep_local`).
+        """
+        shared, server = self.server_update(state, updates, state.shared)
         kept = self.keep_local(state, updates)
-        return replace(kept, shared=shared, round=state.round + 1)
+        return replace(kept, shared=shared, server_state=server, round=state.round + 1)
+
+    def server_update(
+        self, state: NeuralState, updates: Updates, current: Params
+    ) -> tuple[Params, Params]:
+        """The server's new values of ``current``'s parameters, and its optimiser state.
+
+        Without a server optimiser: the size-weighted averages of the parameters ``updates``
+        carries (the others as they are). With one: its step from ``current`` along
+        ``average - current`` (:func:`~simfl.neural.server.server_step`).
+        """
+        means = weighted_means64(updates, tuple(current))
+
+        def cast(values: dict[str, Any]) -> Params:  # each in its tensor's dtype
+            return {
+                n: v
+                if isinstance(v, torch.Tensor) and v.dtype == current[n].dtype
+                else torch.from_numpy(_as_dtype(np.asarray(v), current[n].numpy().dtype))
+                for n, v in values.items()
+            }
+
+        if self.server_optimizer is None:
+            return {**current, **cast(means)}, state.server_state
+        # a module's buffers (and BatchNorm's by name) take the average; parameters are stepped
+        buffers = set(state.network.buffer_names)
+        averaged = {n: v for n, v in means.items() if n in buffers}
+        moved = {n: v for n, v in means.items() if n not in buffers}
+        stepped, server = server_step(
+            self.server_optimizer,
+            {n: p for n, p in current.items() if n not in buffers},
+            moved,
+            state.server_state,
+        )
+        return {**current, **cast(stepped), **cast(averaged)}, server
+
+    def start_opt_state(
+        self, state: NeuralState, clients: IntArray, names: Sequence[str], space: str = ""
+    ) -> OptState | None:
+        """The optimiser state ``clients`` start a local update from, stacked per client.
+
+        ``None`` with ``state="reset"`` (a fresh optimiser); with ``"keep"`` each client's
+        stored state (:attr:`NeuralState.opt_state`, entries named ``space + key``), zeros for
+        a client that has none, for the parameters ``names``.
+        """
+        if self.optimizer.state != "keep":
+            return None
+        fresh = self.optimizer.fresh({n: state.network.shapes[n] for n in names})
+        own = [state.opt_state.get(int(c), {}) for c in clients]
+        return {k: torch.stack([o.get(space + k, zero) for o in own]) for k, zero in fresh.items()}
+
+    def keep_opt_state(self, state: S, updates: Updates) -> S:
+        """``state`` with each updated client's optimiser state (rows :data:`OPTIM`) stored."""
+        names = [n for n in updates.params if n.startswith(OPTIM)]
+        if not names:
+            return state
+        stored = dict(state.opt_state)
+        for j, c in enumerate(updates.clients):
+            own = dict(stored.get(int(c), {}))
+            for n in names:
+                own[n[len(OPTIM) :]] = torch.from_numpy(np.array(updates.params[n][j]))
+            stored[int(c)] = own
+        return replace(state, opt_state=stored)
 
     def keep_local(self, state: NeuralState, updates: Updates) -> NeuralState:
-        """Each updated client keeps its new local parameters (and the cohort's average)."""
+        """Each updated client keeps its new local parameters and optimiser state.
+
+        The cohort's average of the local parameters is kept too (``finetune_from``).
+        """
+        state = self.keep_opt_state(state, updates)
         local = dict(state.local)
         for j, c in enumerate(updates.clients):
             own = dict(local.get(int(c), state.local_default))
@@ -334,13 +490,36 @@ def weighted_means(updates: Updates, names: tuple[str, ...]) -> dict[str, torch.
     Float32 tensors as float32 means (accumulated in float64); integer buffers (BatchNorm's
     ``num_batches_tracked``) rounded to the nearest integer.
     """
+    out: dict[str, torch.Tensor] = {}
+    for name, value in weighted_means64(updates, names).items():
+        got = np.asarray(updates.params[name])
+        dtype = got.dtype if np.issubdtype(got.dtype, np.integer) else np.dtype(np.float32)
+        out[name] = torch.from_numpy(_as_dtype(value, dtype))
+    return out
+
+
+def weighted_means64(updates: Updates, names: tuple[str, ...]) -> dict[str, NDArray[np.float64]]:
+    """:func:`weighted_means` in float64, before the cast to each tensor's dtype."""
     w = np.asarray(updates.weight, dtype=np.float64)
     w = w / w.sum()
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, NDArray[np.float64]] = {}
     for name in names:
         if name in updates.params:
-            got = np.asarray(updates.params[name])
-            value: Any = np.tensordot(w, np.asarray(got, dtype=np.float64), axes=1)
-            dtype = got.dtype if np.issubdtype(got.dtype, np.integer) else np.dtype(np.float32)
-            out[name] = torch.from_numpy(_as_dtype(np.asarray(value), dtype))
+            value: Any = np.tensordot(w, np.asarray(updates.params[name], dtype=np.float64), axes=1)
+            out[name] = np.asarray(value, dtype=np.float64)
     return out
+
+
+def _float32(value: NDArray[np.float64]) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(value, dtype=np.float32))
+
+
+def opt_rows(opt_state: OptState | None, space: str = "") -> dict[str, NDArray[Any]]:
+    """The rows of an update that carry the final optimiser state (``None``: none).
+
+    Named ``OPTIM + space + key``; ``space`` keeps apart the optimisers of one update (as
+    for the :meth:`NeuralAlgorithm.start_opt_state` it started from).
+    """
+    if opt_state is None:
+        return {}
+    return {OPTIM + space + k: v.detach().cpu().numpy() for k, v in opt_state.items()}

@@ -25,6 +25,13 @@ average (integer ones rounded). FedNova normalises the parameters' moves and ave
 buffers by size in the same way. Payload: SCAFFOLD sends the model (buffers included) and a
 control variate (one tensor per trainable parameter) each way (the server ``x`` and ``c``
 down, ``y_i`` and ``c_i+ - c_i`` up): twice the parameters FedAvg sends.
+Optimisers: both take only :class:`~simfl.neural.SGD` as the client optimiser and no server
+optimiser. SCAFFOLD's control variates correct SGD steps (``c_i+`` divides the move by
+``K lr``) and its server step is its own ``server_lr``; FedNova's ``||a_i||_1`` is the sum of
+the coefficients of momentum SGD's gradients, whose buffers start at zero each round (so its
+``optimizer.state`` must be ``"reset"``), and its normalised averaging is its server rule.
+SCAFFOLD with ``SGD(state="keep")`` carries each client's momentum buffers over to its next
+round.
 """
 
 from __future__ import annotations
@@ -43,11 +50,11 @@ from simfl.network import Payload
 from simfl.neural.algorithms import NeuralFedAvg
 from simfl.neural.base import NeuralState, weighted_means
 from simfl.neural.models import Params
+from simfl.neural.optim import DEFAULT_SGD, SGD, ClientOptimizer
 from simfl.neural.personal import (
     CONTROL,
     Baseline,
     BaselineState,
-    Momentum,
     StepSeeds,
     batch_loss,
     check_common,
@@ -57,7 +64,6 @@ from simfl.neural.personal import (
     stack_copy,
 )
 from simfl.neural.task import ClientImages
-from simfl.neural.train import DEFAULT_SGD, SGD
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 
@@ -67,7 +73,7 @@ IntArray = NDArray[np.int64]
 
 
 # ---------------------------------------------------------------------- SCAFFOLD
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SCAFFOLD(Baseline):
     """SCAFFOLD (option II control variates; see the module docstring).
 
@@ -78,24 +84,26 @@ class SCAFFOLD(Baseline):
     server_lr
         Global step ``eta_g`` (> 0; the paper's default 1).
     optimizer
-        Local SGD (``lr`` is ``eta_l``).
+        Local SGD (``lr`` is ``eta_l``); a :class:`~simfl.neural.SGD` (module docstring).
     finetune_epochs
         Head epochs each client trains before it is evaluated (0: none; SCAFFOLD+FT: 10).
     """
 
     epochs: int = 5
     server_lr: float = 1.0
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "SCAFFOLD"
     synchronous_only: ClassVar[str | None] = (
         "its client controls c_i are updated only by a synchronous aggregation"
     )
+    sgd_only: ClassVar[str | None] = "SCAFFOLD's control variates correct SGD steps"
+    server_rule: ClassVar[str | None] = "SCAFFOLD's server step is its own server_lr"
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_real(f"{owner}.server_lr", self.server_lr, low=0.0, low_open=True)
 
     def initial_extra(self, state: NeuralState) -> Params:
@@ -128,11 +136,12 @@ class SCAFFOLD(Baseline):
     ) -> Updates:
         assert isinstance(state, BaselineState)
         net, sgd = state.network, self.optimizer
+        assert isinstance(sgd, SGD)  # sgd_only
         idx, counts = self._data(data, clients)
         y = stack_copy(state.shared, clients.size, net.buffer_names)
         c_i = state.stacked(clients, self._zero_controls(state))
         corr = {n: state.extra[n] - c_i[n] for n in c_i}
-        mom = Momentum(sgd)
+        mom = self._momentum(state, clients, tuple(c_i))
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
         seeds = StepSeeds(net, rngs)
@@ -143,7 +152,7 @@ class SCAFFOLD(Baseline):
             loss_sum[active] += loss.detach().numpy()[active]
             steps[active] += 1
         k = torch.from_numpy(steps).to(torch.float32)
-        params = dict(y)
+        params = {**y, **self._optimizer_rows(mom.bufs)}
         for n in c_i:
             p = y[n]
             scale = (k * sgd.lr).reshape(-1, *([1] * (p.dim() - 1)))
@@ -172,10 +181,11 @@ class SCAFFOLD(Baseline):
             for n, c in old
         }
         personal = self._personal_rows(state, updates, CONTROL)
+        state = self.keep_opt_state(state, updates)
         return replace(state, shared=shared, extra=extra, personal=personal, round=state.round + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SCAFFOLDFT(SCAFFOLD):
     """SCAFFOLD whose evaluation fine-tunes each client's head first (default 10 epochs)."""
 
@@ -185,11 +195,16 @@ class SCAFFOLDFT(SCAFFOLD):
 
 
 # ---------------------------------------------------------------------- FedNova
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NeuralFedNova(NeuralFedAvg):
     """FedNova: FedAvg with normalised averaging of unequal local work (module docstring)."""
 
     name: ClassVar[str] = "FedNova"
+    sgd_only: ClassVar[str | None] = "FedNova's ||a_i||_1 normalises momentum SGD steps"
+    reset_only: ClassVar[str | None] = (
+        "FedNova's ||a_i||_1 counts momentum buffers that start at zero each round"
+    )
+    server_rule: ClassVar[str | None] = "FedNova's normalised averaging is its server step"
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """``x - tau_eff sum_i p_i (x - y_i) / ||a_i||_1`` over the shared parameters.
@@ -205,6 +220,7 @@ class NeuralFedNova(NeuralFedAvg):
             if outcome.repeats is not None:
                 done = np.repeat(done, outcome.repeats[outcome.arrived])
             tau = np.minimum(done, full)
+        assert isinstance(self.optimizer, SGD)  # sgd_only
         norm = np.maximum(momentum_norm(tau, self.optimizer.momentum), 1e-12)  # 0 steps: no move
         weights = np.asarray(updates.weight, dtype=np.float64)
         buffers = set(state.network.buffer_names)

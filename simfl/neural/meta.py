@@ -23,6 +23,10 @@ by the server; the steps move the trainable parameters only. The evaluation's ad
 runs in training mode like a local step (dropout masks from the keyed stream
 ``("neural/adapt", client, aggregations so far)``), updating the running statistics that the
 test then uses.
+Optimisers: the outer step is the client optimiser's (any of :mod:`simfl.neural.optim`: MAML's
+outer step is a plain optimiser step on the meta-gradient, commonly Adam), the inner
+adaptation step stays a plain gradient step; the server averages the meta-models, so a
+server optimiser steps on that average.
 """
 
 from __future__ import annotations
@@ -38,10 +42,10 @@ from simfl._checks import check_choice, check_real
 from simfl.algorithms.base import Updates
 from simfl.neural.base import NeuralState
 from simfl.neural.models import Params
+from simfl.neural.optim import SGD, ClientOptimizer
 from simfl.neural.personal import (
     Baseline,
     BaselineState,
-    Momentum,
     StepSeeds,
     batch_loss,
     check_common,
@@ -52,7 +56,6 @@ from simfl.neural.personal import (
     stack_copy,
 )
 from simfl.neural.task import ClientImages
-from simfl.neural.train import SGD
 from simfl.rng import Streams
 
 __all__ = ["HFMAML", "PerFedAvg"]
@@ -63,7 +66,7 @@ META_SGD = SGD(lr=0.1, momentum=0.0, weight_decay=0.0)
 
 
 # ---------------------------------------------------------------------- Per-FedAvg, HF-MAML
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PerFedAvg(Baseline):
     """Per-FedAvg: FedAvg on the MAML objective ``f_i(w - alpha grad f_i(w))``.
 
@@ -78,7 +81,8 @@ class PerFedAvg(Baseline):
     delta
         Finite-difference radius of ``"hf"`` (> 0).
     optimizer
-        The outer step (``lr`` is the paper's ``beta``); defaults to plain SGD, lr 0.1.
+        The outer step's client optimiser (``lr`` is the paper's ``beta``); defaults to plain
+        SGD, lr 0.1.
     finetune_epochs
         Head epochs each client trains on the model it is evaluated with, before it is
         evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
@@ -88,14 +92,14 @@ class PerFedAvg(Baseline):
     alpha: float = 1e-2
     hessian: str = "fo"
     delta: float = 1e-3
-    optimizer: SGD = META_SGD
+    optimizer: ClientOptimizer = META_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "PerFedAvg"
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_common(owner, self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_real(f"{owner}.alpha", self.alpha, low=0.0, low_open=True)
         check_choice(f"{owner}.hessian", self.hessian, ("fo", "hf"))
         check_real(f"{owner}.delta", self.delta, low=0.0, low_open=True)
@@ -118,7 +122,7 @@ class PerFedAvg(Baseline):
         idx, counts = self._data(data, clients)
         w = stack_copy(state.shared, clients.size, net.buffer_names)
         bufs = {n: w[n] for n in net.buffer_names}  # the model's, updated by every pass
-        mom = Momentum(sgd)
+        mom = self._momentum(state, clients, tuple(n for n in w if n not in bufs))
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
         seeds = StepSeeds(net, rngs)
@@ -139,7 +143,8 @@ class PerFedAvg(Baseline):
             mom.step(w, d, active)
             loss_sum[active] += outer.detach().numpy()[active]
             steps[active] += 1
-        return self._updates(state, clients, w, mean_loss(loss_sum, steps))
+        params = {**w, **self._optimizer_rows(mom.bufs)}
+        return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def eval_params(self, state: BaselineState, data: ClientImages, clients: IntArray) -> Params:
         """One step ``w - alpha grad f_i(w)`` on each client's whole training set.
@@ -158,7 +163,7 @@ class PerFedAvg(Baseline):
         return {**adapted, **{n: w[n] for n in net.buffer_names}}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HFMAML(PerFedAvg):
     """SRPFL's HF-MAML baseline: Hessian-free Per-FedAvg, alpha 1e-2, beta 1e-1, delta 1e-3."""
 

@@ -6,8 +6,9 @@ step by step, still batched over the cohort: :func:`minibatches` yields each ste
 positions of every client (a fresh permutation per epoch and batch role from the client's keyed
 generator, as :func:`~simfl.neural.train.train_cohort` draws them), :func:`batch_loss` and
 :func:`grads` give each client's loss and its own gradient (the gradient of the sum splits by
-client), and :class:`Momentum` is ``torch.optim.SGD``'s step on stacked parameters, masked for
-the clients that have no batch left or reached their step limit.
+client), and :class:`Momentum` is the client optimiser's step on stacked parameters
+(``torch.optim.SGD``'s, or Adam's and AdamW's of :mod:`simfl.neural.optim`), masked for the
+clients that have no batch left or reached their step limit.
 
 Any ``torch.nn.Module`` (:class:`~simfl.neural.module.ModuleNet`) runs through the same
 pieces. Its params dict also holds the module's buffers (BatchNorm's running statistics and
@@ -41,11 +42,12 @@ from torch import Tensor
 
 from simfl._checks import check_int
 from simfl.algorithms.base import Updates
-from simfl.neural.base import EVAL_CHUNK, NeuralAlgorithm, NeuralState
+from simfl.neural.base import EVAL_CHUNK, OPTIM, NeuralAlgorithm, NeuralState
 from simfl.neural.models import ModelSpec, Net, Params
 from simfl.neural.module import ModuleNet, as_model
+from simfl.neural.optim import SGD, ClientOptimizer, OptState
 from simfl.neural.task import ClientImages, Supervised
-from simfl.neural.train import SGD, Phase, epoch_order, score_cohort, train_cohort
+from simfl.neural.train import Phase, epoch_order, score_cohort, train_cohort
 from simfl.rng import Streams
 
 __all__ = [
@@ -210,39 +212,51 @@ def minibatches(
 
 @dataclass
 class Momentum:
-    """``torch.optim.SGD``'s step for stacked parameters, masked per client (in place).
+    """The client optimiser's step for stacked parameters, masked per client (in place).
 
-    It steps the names of the gradient (:func:`grads`: trainable parameters, never buffers).
+    It steps the gradient's names (:func:`grads`: trainable parameters, never buffers).
+
+    :class:`~simfl.neural.SGD` steps as ``torch.optim.SGD`` writes it, ``buf.mul_(momentum)
+    .add_(g)`` (the baselines' numbers follow it; the cohort trainer's ``torch.add(g, buf,
+    alpha=momentum)`` rounds differently where ``momentum * buf`` is inexact); Adam and AdamW
+    take their own :meth:`~simfl.neural.optim.ClientOptimizer.step`. :attr:`bufs` is the
+    optimiser state (``"<slot>/<parameter>"``, stacked per client); give it to start from a
+    kept state.
     """
 
-    sgd: SGD
-    bufs: dict[str, Tensor] = field(default_factory=dict)
+    sgd: ClientOptimizer
+    bufs: OptState = field(default_factory=dict)
 
     def step(self, params: Params, grad: Params, active: BoolArray) -> None:
         """``g = grad + wd w``; ``buf = momentum buf + g``; ``w -= lr buf`` (active clients).
 
-        ``grad``'s tensors are fresh and may be changed in place.
+        For Adam and AdamW their step instead. ``grad``'s tensors are fresh and may be
+        changed in place.
         """
         sgd = self.sgd
-        everyone = bool(active.all())
         act = torch.from_numpy(active)
+        if not isinstance(sgd, SGD):
+            sgd.step(params, self.bufs, list(grad), list(grad.values()), act)
+            return
+        everyone = bool(active.all())
         with torch.no_grad():
             for n, g in grad.items():
                 p = params[n]
                 if sgd.weight_decay and n.endswith(".weight"):
                     g.add_(p, alpha=sgd.weight_decay)
-                buf = self.bufs.get(n)
+                key = f"momentum_buffer/{n}"
+                buf = self.bufs.get(key)
                 if everyone:  # torch.optim.SGD's own in-place order
                     if buf is None:
-                        self.bufs[n] = buf = g
+                        self.bufs[key] = buf = g
                     else:
                         buf.mul_(sgd.momentum).add_(g)
                     p.add_(buf, alpha=-sgd.lr)
                 else:
                     mask = act.reshape(-1, *([1] * (p.dim() - 1)))
                     new = g if buf is None else buf * sgd.momentum + g
-                    self.bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
-                    p.add_(self.bufs[n] * mask, alpha=-sgd.lr)
+                    self.bufs[key] = torch.where(mask, new, 0.0 if buf is None else buf)
+                    p.add_(self.bufs[key] * mask, alpha=-sgd.lr)
 
 
 def masked(active: BoolArray, like: Tensor) -> Tensor:
@@ -353,6 +367,23 @@ class Baseline(NeuralAlgorithm):
             index = data.test_index(chunk)
             yield score_cohort(net, params, data.x_test, data.y_test, index), (index >= 0).sum(1)
 
+    def _momentum(
+        self, state: NeuralState, clients: IntArray, names: Sequence[str], space: str = ""
+    ) -> Momentum:
+        """The optimiser of ``clients``' parameters ``names``: fresh, or their kept state.
+
+        ``space`` names it apart from another optimiser of the same update (APFL's ``w`` and
+        ``v``); its final state goes into the update with :meth:`_optimizer_rows`.
+        """
+        start = self.start_opt_state(state, clients, names, space)
+        return Momentum(self.optimizer, {} if start is None else start)
+
+    def _optimizer_rows(self, bufs: OptState | None, space: str = "") -> dict[str, Tensor]:
+        """A final optimiser state as rows of an update (``state="keep"``; else none)."""
+        if bufs is None or self.optimizer.state != "keep":
+            return {}
+        return {OPTIM + space + k: v for k, v in bufs.items()}
+
     def _updates(
         self, state: NeuralState, clients: IntArray, params: Params, loss: NDArray[np.float64]
     ) -> Updates:
@@ -377,11 +408,12 @@ class Baseline(NeuralAlgorithm):
         return out
 
 
-def check_common(owner: str, epochs: int, optimizer: SGD, finetune_epochs: int = 0) -> None:
-    check_int(f"{owner}.epochs", epochs, low=1)
-    if not isinstance(optimizer, SGD):
-        raise ValueError(f"{owner}.optimizer must be a simfl.neural.SGD, got {optimizer!r}")
-    check_int(f"{owner}.finetune_epochs", finetune_epochs, low=0)
+def check_common(alg: Baseline) -> None:
+    """The checks of the fields every baseline has: epochs, optimisers, fine-tuning."""
+    owner = type(alg).__name__
+    check_int(f"{owner}.epochs", alg.epochs, low=1)
+    alg.check_optimizers()
+    check_int(f"{owner}.finetune_epochs", alg.finetune_epochs, low=0)
 
 
 def mean_loss(loss_sum: NDArray[np.float64], steps: NDArray[np.float64]) -> NDArray[np.float64]:

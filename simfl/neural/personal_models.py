@@ -39,6 +39,15 @@ evaluated personal model. pFedMe: the local copy ``w`` carries the buffers of th
 model ``theta`` (the one module its code trains), which the server averages (``beta`` mixes
 the parameters). L2GD: the averaging step moves the parameters; each personal model keeps its
 own buffers, and the server's model takes their size-weighted average.
+Optimisers: Ditto, APFL and L2GD take any client optimiser (:mod:`simfl.neural.optim`; the
+papers' local solver is SGD, and the methods' updates are written for any local solver of
+their objectives): Ditto's two updates and APFL's ``w`` and ``v`` each have their own
+optimiser state (kept apart with ``state="keep"``). APFL's mixing weight ``a`` and pFedMe's
+and L2GD's other steps stay plain gradient steps. pFedMe takes only plain SGD (its steps are
+plain gradient steps by the formulas above, with no optimiser state). Ditto and APFL take a
+server optimiser on the average of the global models; pFedMe (its server step is its
+``beta`` mixing) and L2GD (its averaging step moves the personal models; there is no server
+model to step) refuse one.
 """
 
 from __future__ import annotations
@@ -53,13 +62,13 @@ from torch import Tensor
 
 from simfl._checks import check_bool, check_int, check_real
 from simfl.algorithms.base import Updates
-from simfl.neural.base import NeuralState, weighted_means
+from simfl.neural.base import OPTIM, NeuralState, weighted_means
 from simfl.neural.models import Params
+from simfl.neural.optim import DEFAULT_SGD, SGD, ClientOptimizer
 from simfl.neural.personal import (
     PERSONAL,
     Baseline,
     BaselineState,
-    Momentum,
     StepSeeds,
     batch_loss,
     check_common,
@@ -71,7 +80,7 @@ from simfl.neural.personal import (
     stack_copy,
 )
 from simfl.neural.task import ClientImages
-from simfl.neural.train import DEFAULT_SGD, SGD, Phase, train_cohort
+from simfl.neural.train import Phase, train_cohort
 from simfl.outcome import Outcome
 from simfl.rng import Streams
 
@@ -83,7 +92,7 @@ PFEDME_SGD = SGD(lr=0.005, momentum=0.0, weight_decay=0.0, batch_size=20)
 
 
 # ---------------------------------------------------------------------- Ditto
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Ditto(Baseline):
     """Ditto: a global model by FedAvg and a personal model regularised towards it.
 
@@ -96,7 +105,7 @@ class Ditto(Baseline):
     lam
         Regularisation ``lambda`` towards the received global model (>= 0).
     optimizer
-        SGD of both updates.
+        The client optimiser of both updates (each with its own state).
     finetune_epochs
         Head epochs each client trains on the model it is evaluated with, before it is
         evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
@@ -107,7 +116,7 @@ class Ditto(Baseline):
     epochs: int = 5
     personal_epochs: int = 5
     lam: float = 0.1
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "Ditto"
@@ -116,7 +125,7 @@ class Ditto(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("Ditto", self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_int("Ditto.personal_epochs", self.personal_epochs, low=1)
         check_real("Ditto.lam", self.lam, low=0.0)
 
@@ -138,6 +147,8 @@ class Ditto(Baseline):
         per_epoch = np.ceil((index >= 0).sum(axis=1) / sgd.batch_size)
         own_limit = per_epoch * self.personal_epochs if limit is None else limit
         everything = (Phase(net.layer_names, self.personal_epochs),)
+        names = net.params_of(net.layer_names)
+        own_state = self.start_opt_state(state, clients, names, PERSONAL)
         v, _ = train_cohort(
             net,
             state.stacked(clients, state.start),
@@ -149,8 +160,10 @@ class Ditto(Baseline):
             self._rngs(streams, clients, round, "neural/personal"),
             (self.lam, state.shared),
             limit=None if limit is None else np.minimum(limit, own_limit),
+            opt_state=own_state,
         )
         rest = None if limit is None else np.maximum(limit - own_limit, 0.0)
+        global_state = self.start_opt_state(state, clients, names)
         w, loss = train_cohort(
             net,
             dict(state.shared),
@@ -161,19 +174,31 @@ class Ditto(Baseline):
             sgd,
             self._rngs(streams, clients, round),
             limit=rest,
+            opt_state=global_state,
         )
-        params = {**w, **{PERSONAL + n: p for n, p in v.items()}}
+        params = {
+            **w,
+            **{PERSONAL + n: p for n, p in v.items()},
+            **self._optimizer_rows(own_state, PERSONAL),
+            **self._optimizer_rows(global_state),
+        }
         return self._updates(state, clients, params, loss)
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """Size-weighted average of the global models; clients keep their personal ones."""
+        """Size-weighted average of the global models (or the server optimiser's step).
+
+        Clients keep their personal models and optimiser state.
+        """
         assert isinstance(state, BaselineState)
-        shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
+        shared, server = self.server_update(state, updates, state.shared)
         personal = self._personal_rows(state, updates, PERSONAL)
-        return replace(state, shared=shared, personal=personal, round=state.round + 1)
+        state = self.keep_opt_state(state, updates)
+        return replace(
+            state, shared=shared, personal=personal, server_state=server, round=state.round + 1
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class APFL(Baseline):
     """APFL: a global copy ``w`` and a personal ``v`` mixed as ``a v + (1 - a) w``.
 
@@ -188,7 +213,7 @@ class APFL(Baseline):
     alpha_lr
         Step size of ``a`` (> 0; ``None``: ``optimizer.lr``, as in the paper).
     optimizer
-        SGD of ``w`` and ``v`` (each with its own momentum buffers).
+        The client optimiser of ``w`` and ``v`` (each with its own state).
     finetune_epochs
         Head epochs each client trains on the model it is evaluated with, before it is
         evaluated (0: none; see :class:`~simfl.neural.personal.Baseline`).
@@ -198,7 +223,7 @@ class APFL(Baseline):
     alpha: float = 0.25
     adapt: bool = True
     alpha_lr: float | None = None
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "APFL"
@@ -208,7 +233,7 @@ class APFL(Baseline):
     )
 
     def __post_init__(self) -> None:
-        check_common("APFL", self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_real("APFL.alpha", self.alpha, low=0.0, high=1.0)
         object.__setattr__(self, "adapt", check_bool("APFL.adapt", self.adapt))
         if self.alpha_lr is not None:
@@ -233,7 +258,8 @@ class APFL(Baseline):
         a = own.pop("alpha").clone()
         buffers = net.buffer_names
         w, v = stack_copy(state.shared, clients.size, buffers), leaves(own, buffers)
-        mom_w, mom_v = Momentum(sgd), Momentum(sgd)
+        mom_w = self._momentum(state, clients, tuple(n for n in w if n not in buffers))
+        mom_v = self._momentum(state, clients, tuple(n for n in v if n not in buffers), PERSONAL)
         a_lr = sgd.lr if self.alpha_lr is None else self.alpha_lr
         loss_sum, steps = np.zeros(clients.size), np.zeros(clients.size)
         rngs = self._rngs(streams, clients, round)
@@ -254,14 +280,22 @@ class APFL(Baseline):
             loss_sum[active] += mixed_loss.detach().numpy()[active]
             steps[active] += 1
         params = {**w, **{PERSONAL + n: p for n, p in v.items()}, PERSONAL + "alpha": a}
+        params.update(self._optimizer_rows(mom_w.bufs))
+        params.update(self._optimizer_rows(mom_v.bufs, PERSONAL))
         return self._updates(state, clients, params, mean_loss(loss_sum, steps))
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
-        """Size-weighted average of the ``w``; clients keep their ``v`` and ``a``."""
+        """Size-weighted average of the ``w`` (or the server optimiser's step).
+
+        Clients keep their ``v``, ``a`` and optimiser state.
+        """
         assert isinstance(state, BaselineState)
-        shared = {**state.shared, **weighted_means(updates, tuple(state.shared))}
+        shared, server = self.server_update(state, updates, state.shared)
         personal = self._personal_rows(state, updates, PERSONAL)
-        return replace(state, shared=shared, personal=personal, round=state.round + 1)
+        state = self.keep_opt_state(state, updates)
+        return replace(
+            state, shared=shared, personal=personal, server_state=server, round=state.round + 1
+        )
 
     def eval_params(  # noqa: D102
         self, state: BaselineState, data: ClientImages, clients: IntArray
@@ -279,7 +313,7 @@ def _mix(a: Tensor, v: Tensor, w: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------- pFedMe
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PFedMe(Baseline):
     """pFedMe: Moreau-envelope personalisation (see the module docstring).
 
@@ -310,22 +344,25 @@ class PFedMe(Baseline):
     inner_steps: int = 5
     personal_lr: float = 0.1
     beta: float = 1.0
-    optimizer: SGD = PFEDME_SGD
+    optimizer: ClientOptimizer = PFEDME_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "pFedMe"
     synchronous_only: ClassVar[str | None] = (
         "its personal models are updated only by a synchronous aggregation"
     )
+    sgd_only: ClassVar[str | None] = "pFedMe's steps are plain gradient steps"
+    reset_only: ClassVar[str | None] = "pFedMe's plain gradient steps keep no optimizer state"
+    server_rule: ClassVar[str | None] = "pFedMe's server step is its own beta mixing"
 
     def __post_init__(self) -> None:
-        check_common("PFedMe", self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_real("PFedMe.lam", self.lam, low=0.0, low_open=True)
         check_int("PFedMe.inner_steps", self.inner_steps, low=1)
         check_real("PFedMe.personal_lr", self.personal_lr, low=0.0, low_open=True)
         check_real("PFedMe.beta", self.beta, low=0.0, low_open=True)
         for knob in ("momentum", "weight_decay"):
-            if getattr(self.optimizer, knob) != 0:
+            if getattr(self.optimizer, knob) != 0:  # an SGD: check_common
                 raise ValueError(
                     f"PFedMe.optimizer.{knob} must be 0 (pFedMe's steps are plain gradient "
                     f"steps), got {getattr(self.optimizer, knob)!r}"
@@ -389,7 +426,7 @@ class PFedMe(Baseline):
         return replace(state, shared=shared, personal=personal, round=state.round + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class L2GD(Baseline):
     """L2GD: personal models pulled towards their average (see the module docstring).
 
@@ -410,16 +447,19 @@ class L2GD(Baseline):
 
     epochs: int = 5
     mix: float = 0.5
-    optimizer: SGD = DEFAULT_SGD
+    optimizer: ClientOptimizer = DEFAULT_SGD
     finetune_epochs: int = 0
 
     name: ClassVar[str] = "L2GD"
     synchronous_only: ClassVar[str | None] = (
         "its personal models are updated only by a synchronous aggregation"
     )
+    server_rule: ClassVar[str | None] = (
+        "L2GD's averaging step moves the personal models; it has no server model to step"
+    )
 
     def __post_init__(self) -> None:
-        check_common("L2GD", self.epochs, self.optimizer, self.finetune_epochs)
+        check_common(self)
         check_real("L2GD.mix", self.mix, low=0.0, high=1.0, low_open=True)
 
     def local_updates(  # noqa: D102
@@ -433,6 +473,7 @@ class L2GD(Baseline):
     ) -> Updates:
         assert isinstance(state, BaselineState)
         net = state.network
+        opt_state = self.start_opt_state(state, clients, net.params_of(net.layer_names))
         x, loss = train_cohort(
             net,
             state.stacked(clients, state.start),
@@ -443,8 +484,9 @@ class L2GD(Baseline):
             self.optimizer,
             self._rngs(streams, clients, round),
             limit=limit,
+            opt_state=opt_state,
         )
-        return self._updates(state, clients, x, loss)
+        return self._updates(state, clients, {**x, **self._optimizer_rows(opt_state)}, loss)
 
     def aggregate(self, state: NeuralState, updates: Updates, outcome: Outcome) -> NeuralState:
         """``x_bar`` = size-weighted average; each participant ``x_i -= mix (x_i - x_bar)``.
@@ -455,9 +497,11 @@ class L2GD(Baseline):
         avg = weighted_means(updates, tuple(state.shared))
         buffers = state.network.buffer_names
         personal = dict(state.personal)
+        models = {n: v for n, v in updates.params.items() if not n.startswith(OPTIM)}
         for j, c in enumerate(updates.clients):
-            own = {n: torch.from_numpy(np.array(v[j])) for n, v in updates.params.items()}
+            own = {n: torch.from_numpy(np.array(v[j])) for n, v in models.items()}
             personal[int(c)] = {
                 n: x if n in buffers else x - self.mix * (x - avg[n]) for n, x in own.items()
             }
+        state = self.keep_opt_state(state, updates)
         return replace(state, shared=avg, personal=personal, round=state.round + 1)

@@ -14,11 +14,13 @@ per client. With unequal clients the masked steps are most of the work (a Dirich
 log-normal split of Fashion-MNIST: a third to three quarters of a cohort's client-steps);
 ``analysis/perf_neural_batching.py`` measures it.
 
-The update is PyTorch's ``torch.optim.SGD`` step, element for element: ``g = grad + wd * w``
-(weight decay on weights, not biases, as in the FedRep code), plus ``mu * (w - w0)`` for a
-proximal term (FedProx), ``buf = momentum * buf + g``, ``w = w - lr * buf``. Momentum buffers
-start at zero with each local update (the code builds a new optimiser every round) and carry
-over between the phases of one update.
+The update is the client optimiser's step (:mod:`simfl.neural.optim`: ``torch.optim``'s SGD,
+Adam or AdamW, element for element, weight decay on weights, not biases, as in the FedRep
+code), with ``mu * (w - w0)`` added to the gradient for a proximal term (FedProx). The
+optimiser state (momentum buffers, Adam's moments and step counts) starts at zero with each
+local update (the code builds a new optimiser every round), or from the state given
+(``opt_state``: a client optimiser with ``state="keep"``), and carries over between the phases
+of one update.
 
 Minibatches: in every epoch a client draws a permutation of its samples from its own keyed
 generator and cuts it into batches of ``batch_size`` (the last one smaller), like a shuffling
@@ -43,9 +45,9 @@ import torch.nn.functional as nnf
 from numpy.typing import NDArray
 from torch import Tensor
 
-from simfl._checks import check_int, check_real
 from simfl.neural.models import Net, Params, param_layer
 from simfl.neural.module import AnyNet, ModuleNet
+from simfl.neural.optim import DEFAULT_SGD, SGD, ClientOptimizer, OptState
 
 __all__ = [
     "DEFAULT_SGD",
@@ -65,38 +67,6 @@ CHUNK = 1024
 #: computes every client every step, masking those without one: the same numbers (tested), a
 #: switch for the tests and the benchmark, which compare the two.
 SIT_OUT = True
-
-
-@dataclass(frozen=True)
-class SGD:
-    """Local optimiser: minibatch SGD with momentum (defaults: the FedRep code's).
-
-    Parameters
-    ----------
-    lr
-        Step size (> 0).
-    momentum
-        Momentum coefficient in [0, 1).
-    weight_decay
-        L2 coefficient on weights (not biases), >= 0.
-    batch_size
-        Samples per minibatch (>= 1).
-    """
-
-    lr: float = 0.01
-    momentum: float = 0.5
-    weight_decay: float = 1e-4
-    batch_size: int = 10
-
-    def __post_init__(self) -> None:
-        check_real("SGD.lr", self.lr, low=0.0, low_open=True)
-        check_real("SGD.momentum", self.momentum, low=0.0, high=1.0, high_open=True)
-        check_real("SGD.weight_decay", self.weight_decay, low=0.0)
-        check_int("SGD.batch_size", self.batch_size, low=1)
-
-
-#: The FedRep code's local optimiser: lr 0.01, momentum 0.5, weight decay 1e-4, batch 10.
-DEFAULT_SGD = SGD()
 
 
 @dataclass(frozen=True)
@@ -149,10 +119,11 @@ def train_cohort(
     y: Tensor,
     index: IntArray,
     phases: Sequence[Phase],
-    sgd: SGD,
+    sgd: ClientOptimizer,
     rngs: Sequence[np.random.Generator],
     prox: tuple[float, Params] | None = None,
     limit: NDArray[np.float64] | None = None,
+    opt_state: OptState | None = None,
 ) -> tuple[Params, NDArray[np.float64]]:
     """Train a cohort of ``C`` clients, each on its own samples, in one batched computation.
 
@@ -169,7 +140,7 @@ def train_cohort(
     phases
         The local schedule, in order.
     sgd
-        Optimiser settings.
+        The client optimiser (:mod:`simfl.neural.optim`).
     rngs
         One generator per client; each epoch draws the client's permutation from it.
     prox
@@ -177,6 +148,10 @@ def train_cohort(
     limit
         Each client's number of minibatch steps (partial work): a client stops once it has
         taken that many, its batches drawn as without the limit (``None``: every step).
+    opt_state
+        The optimiser state to start from, by ``"<slot>/<parameter>"``, stacked ``(C, ...)``
+        (entries it lacks start at zero); on return the dict holds the final state, on the
+        device of ``x`` (it is updated in place). ``None``: a fresh state, not returned.
 
     Returns
     -------
@@ -197,7 +172,9 @@ def train_cohort(
     if isinstance(net, ModuleNet) and net.trainer["path"] == "cohort":
         chunk = net.cohort_chunk(sgd.batch_size)
         if index.shape[0] > chunk:  # clients train independently: the cohort in pieces
-            return _in_chunks(net, params, x, y, index, phases, sgd, rngs, prox, limit, chunk)
+            return _in_chunks(
+                net, params, x, y, index, phases, sgd, rngs, prox, limit, chunk, opt_state
+            )
     counts = (index >= 0).sum(axis=1)
     steps = -(-counts // sgd.batch_size)
     order = np.argsort(-steps, kind="stable")
@@ -206,6 +183,9 @@ def train_cohort(
         dev = x.device
         params = _on(params, dev)
         there = torch.from_numpy(order).to(dev)
+        inner = None
+        if opt_state is not None:
+            inner = {k: v.to(dev).index_select(0, there) for k, v in opt_state.items()}
         got, loss = train_cohort(
             net,
             _in_order(net, params, there),
@@ -217,9 +197,13 @@ def train_cohort(
             [rngs[i] for i in order],
             None if prox is None else (prox[0], _in_order(net, _on(prox[1], dev), there)),
             None if limit is None else limit[order],
+            inner,
         )
         back = np.argsort(order)
         home = torch.from_numpy(back).to(dev)
+        if opt_state is not None and inner is not None:
+            opt_state.clear()
+            opt_state.update({k: v.index_select(0, home) for k, v in inner.items()})
         trained = set(net.params_of({layer for p in phases for layer in p.layers}))
         trained |= set(getattr(net, "buffer_names", ()))
         return {
@@ -231,6 +215,8 @@ def train_cohort(
         prox = (prox[0], _on(prox[1], dev))
     idx = torch.from_numpy(index).to(dev)
     cohort = _Cohort(net, x, y, idx, sgd, prox, np.zeros(c), np.zeros(c))
+    if opt_state is not None:
+        cohort.bufs = {k: v.to(dev, copy=True) for k, v in opt_state.items()}
     params = _on(params, dev)
     owned: set[str] = set()  # parameters copied into this call's own stacked tensors
     for n in getattr(net, "buffer_names", ()):  # each client's own buffers, updated in place
@@ -267,6 +253,9 @@ def train_cohort(
                     pos = np.where(going[:, None], pos, -1)
                 cohort.step(params, names, pos, feats, first)
     out = {n: p.detach() for n, p in params.items()}
+    if opt_state is not None:
+        opt_state.clear()
+        opt_state.update(cohort.bufs)
     with np.errstate(invalid="ignore"):
         return out, cohort.loss_sum / cohort.steps_done
 
@@ -278,22 +267,27 @@ def _in_chunks(
     y: Tensor,
     index: IntArray,
     phases: Sequence[Phase],
-    sgd: SGD,
+    sgd: ClientOptimizer,
     rngs: Sequence[np.random.Generator],
     prox: tuple[float, Params] | None,
     limit: NDArray[np.float64] | None,
     chunk: int,
+    opt_state: OptState | None = None,
 ) -> tuple[Params, NDArray[np.float64]]:
     """:func:`train_cohort` on pieces of ``chunk`` clients (the cohort path's memory bound)."""
     c = index.shape[0]
     outs: list[Params] = []
     losses = []
+    states: list[OptState] = []
     for lo in range(0, c, chunk):
         part = slice(lo, min(c, lo + chunk))
 
         def piece(ps: Params, part: slice = part) -> Params:
             return {n: p[part] if net.stacked(n, p) else p for n, p in ps.items()}
 
+        state = None if opt_state is None else {k: v[part] for k, v in opt_state.items()}
+        if state is not None:
+            states.append(state)
         got, loss = train_cohort(
             net,
             piece(params),
@@ -305,6 +299,7 @@ def _in_chunks(
             rngs[part],
             None if prox is None else (prox[0], piece(prox[1])),
             None if limit is None else limit[part],
+            state,
         )
         outs.append(got)
         losses.append(loss)
@@ -312,6 +307,9 @@ def _in_chunks(
         n: torch.cat([o[n] for o in outs]) if net.stacked(n, outs[0][n]) else outs[0][n]
         for n in outs[0]
     }
+    if opt_state is not None:  # each piece filled its own state: the cohort's, in order
+        opt_state.clear()
+        opt_state.update({k: torch.cat([st[k] for st in states]) for k in states[0]})
     return merged, np.concatenate(losses)
 
 
@@ -352,17 +350,18 @@ def _unfreeze(net: AnyNet, params: Params, names: Sequence[str], owned: set[str]
 
 @dataclass
 class _Cohort:
-    """What one :func:`train_cohort` call trains on, its momentum buffers and its losses."""
+    """What one :func:`train_cohort` call trains on, its optimiser state and its losses."""
 
     net: AnyNet
     x: Tensor
     y: Tensor
     idx: Tensor
-    sgd: SGD
+    sgd: ClientOptimizer
     prox: tuple[float, Params] | None
     loss_sum: NDArray[np.float64]
     steps_done: NDArray[np.float64]
-    bufs: dict[str, Tensor] = field(default_factory=dict)
+    #: the optimiser state, by ``"<slot>/<parameter>"``, stacked per client
+    bufs: OptState = field(default_factory=dict)
     #: each client's generator of dropout seeds (a module with random layers), else ``None``
     drop: list[np.random.Generator] | None = None
     #: whether idle clients sit this phase's steps out (:data:`SIT_OUT`, every layer from
@@ -396,17 +395,17 @@ class _Cohort:
         loss, n_valid = self.loss(lead, self.idx[:k], pos_t, inp, first)
         grads = torch.autograd.grad(loss.sum(), [lead[n] for n in names])
         active = n_valid > 0
-        _sgd_step(lead, bufs, names, grads, active, self.sgd, prox)
-        for n in names:  # momentum the step made anew (the first, or a masked one)
-            full = self.bufs.get(n)
+        self.sgd.step(lead, bufs, names, grads, active, prox)
+        for key, b in bufs.items():  # state the step made anew (the first, or a masked one)
+            full = self.bufs.get(key)
             if k == pos.shape[0]:
-                self.bufs[n] = bufs[n]
+                self.bufs[key] = b
                 continue
-            if full is None:  # the others' first buffer: zero, as a masked step makes it
-                self.bufs[n] = full = torch.zeros_like(params[n])
-            if bufs[n].data_ptr() != full.data_ptr():
+            if full is None:  # the others' first state: zero, as a masked step makes it
+                self.bufs[key] = full = b.new_zeros((pos.shape[0], *b.shape[1:]))
+            if b.data_ptr() != full.data_ptr():
                 with torch.no_grad():
-                    full[:k] = bufs[n]
+                    full[:k] = b
         act = active.cpu().numpy()
         self.loss_sum[:k][act] += loss.detach().cpu().numpy()[act]
         self.steps_done[:k][act] += 1
@@ -447,41 +446,6 @@ class _Cohort:
         ).reshape(ids.shape)
         n_valid = valid.sum(dim=1)
         return (ce * valid).sum(dim=1) / n_valid.clamp(min=1), n_valid
-
-
-def _sgd_step(
-    params: Params,
-    bufs: dict[str, Tensor],
-    names: Sequence[str],
-    grads: Sequence[Tensor],
-    active: Tensor,
-    sgd: SGD,
-    prox: tuple[float, Params] | None,
-) -> None:
-    """``buf = momentum * buf + g``, ``w -= lr * buf`` for the active clients (in place).
-
-    ``g`` (a fresh gradient, modified in place) gets the weight decay and proximal terms first.
-    """
-    everyone = bool(active.all())
-    with torch.no_grad():
-        for n, g in zip(names, grads, strict=True):
-            p = params[n]
-            if sgd.weight_decay and n.endswith(".weight"):
-                g.add_(p, alpha=sgd.weight_decay)
-            if prox is not None and prox[0] > 0:
-                g.add_(p - prox[1][n], alpha=prox[0])
-            buf = bufs.get(n)
-            if everyone:
-                if buf is None:  # torch.optim.SGD's first step: buf = g
-                    bufs[n] = buf = g
-                else:
-                    torch.add(g, buf, alpha=sgd.momentum, out=buf)
-                p.add_(buf, alpha=-sgd.lr)
-            else:
-                mask = active.reshape(-1, *([1] * (p.dim() - 1)))
-                new = g if buf is None else torch.add(g, buf, alpha=sgd.momentum)
-                bufs[n] = torch.where(mask, new, 0.0 if buf is None else buf)
-                p.add_(bufs[n] * mask, alpha=-sgd.lr)
 
 
 def evaluate_cohort(

@@ -226,11 +226,12 @@ class EdgePolicy(SyncPolicy[S]):
 def _check_mixable(policy: Policy, algorithm: Algorithm[Any]) -> None:
     """Refuse an algorithm whose server-side parameters cannot be mixed (no shared())."""
     cls = type(algorithm)
-    if cls.synchronous_only is not None:
+    reason = algorithm.synchronous_only_reason()
+    if reason is not None:
         raise ValueError(
             f"Scenario.algorithm {cls.__name__} cannot run under {type(policy).__name__} "
             f"(asynchronous and tiered policies mix only the server's model): "
-            f"{cls.synchronous_only}; use a synchronous or edge policy"
+            f"{reason}; use a synchronous or edge policy"
         )
     if cls.shared is Algorithm.shared or cls.with_shared is Algorithm.with_shared:
         raise ValueError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import inspect
 import json
 import re
 import types
@@ -46,6 +47,7 @@ _FORMER_NAMES = {
     "simfl.neural.algorithms.NeuralFedRep": "simfl.neural.algorithms.FedRep",
     "simfl.neural.algorithms.NeuralLocalOnly": "simfl.neural.algorithms.LocalOnly",
     "simfl.neural.models.Net": "simfl.neural.models.Network",
+    "simfl.neural.optim.SGD": "simfl.neural.train.SGD",
     "simfl.neural.partition.LogNormalSizes": "simfl.neural.partition.LogNormal",
 }
 
@@ -65,6 +67,12 @@ _ADDED_FIELDS: dict[str, dict[str, Any]] = {
         "augment": None,
     },
     "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "onednn"},
+    "simfl.neural.train.SGD": {"state": "reset"},
+}
+# The same for fields added to a base class: left out, at their default, of the fingerprint of
+# every class that derives from it (``server_optimizer`` of every neural algorithm).
+_ADDED_BASE_FIELDS: dict[str, dict[str, Any]] = {
+    "simfl.neural.base.NeuralAlgorithm": {"server_optimizer": None},
 }
 
 
@@ -104,7 +112,9 @@ def _function(fn: types.FunctionType, seen: set[int]) -> Any:
 
 def _attributes(obj: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(obj):
-        added = _ADDED_FIELDS.get(_name(obj), {})
+        added = dict(_ADDED_FIELDS.get(_name(obj), {}))
+        for cls in inspect.getmro(type(obj))[1:]:
+            added.update(_ADDED_BASE_FIELDS.get(_name(cls), {}))
         return {
             f.name: getattr(obj, f.name)
             for f in dataclasses.fields(obj)
