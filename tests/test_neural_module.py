@@ -307,7 +307,7 @@ class WrongShape(nn.Module):
 class _Empty(Partition):
     """Client 2 gets no sample."""
 
-    def split(self, labels, n_clients, n_classes, rng, groups=None):
+    def split(self, labels, n_clients, n_classes, rng, groups=None, *, kind="classification"):
         parts = np.array_split(np.arange(labels.size), n_clients - 1)
         return [*parts[:2], np.array([], dtype=np.int64), *parts[2:]]
 
