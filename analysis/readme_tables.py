@@ -8,7 +8,9 @@ what the scripts print:
 * ``reproduction``: every claim of the five seed papers, with ours beside the paper's and a
   status (reproduced / qualitative / not reproduced / not attempted, and why): the ``claims`` of
   the results files plus ``analysis/paper_claims.json`` (the claims no script attempts);
-* ``performance``: the rows of ``analysis/perf/results/suite.json`` (``analysis/perf/suite.py``).
+* ``performance``: the rows of ``analysis/perf/results/suite.json`` (``analysis/perf/suite.py``);
+* ``byo-examples``: the two examples of ``docs/bring-your-own.md`` at full size, from
+  ``analysis/results/byo_examples.json`` (``analysis/byo_examples.py``).
 
 Each table sits in README.md between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``.
 
@@ -29,6 +31,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 STATIC = HERE / "paper_claims.json"
 SUITE = HERE / "perf" / "results" / "suite.json"
+BYO = RESULTS / "byo_examples.json"
 README = ROOT / "README.md"
 
 PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
@@ -183,6 +186,51 @@ def training_table(path: Path = MODULE_PATHS) -> str:
     return "\n".join(lines)
 
 
+def _mean_time(times: list[float | None]) -> str:
+    """Mean simulated seconds to target over the seeds (``None``: a seed never reached it)."""
+    missed = sum(t is None for t in times)
+    if missed:
+        return f"not reached in {missed} of {len(times)} seeds"
+    mean = sum(t for t in times if t is not None) / len(times)
+    return f"{mean:.3g} s" if mean < 100 else f"{mean:,.0f} s"
+
+
+def byo_table(data: dict[str, Any]) -> str:
+    """The bring-your-own examples: accuracy, time to target and FedBuff's speedup."""
+    numbers = data["numbers"]
+    examples = sorted(numbers["examples"].items(), key=lambda kv: kv[0] != "resnet_fmnist")
+    lines = [
+        "| example | model | clients | final accuracy, wait-all / FedBuff | target | "
+        "time to target, wait-all / FedBuff | FedBuff's speedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in examples:
+        wa, fb = e["policies"]["wait-all"], e["policies"]["fedbuff"]
+        if e["speedup"] is None:
+            speed = _cell(e["speedup_note"])
+        else:
+            lo, hi = e["speedup_ci"]
+            speed = f"**{e['speedup']:.1f}x** [{lo:.1f}, {hi:.1f}]"
+        lines.append(
+            f"| [`{name}.py`](docs/examples/{name}.py) | {e['model']}, {e['parameters']:,} "
+            f"parameters, {e['trainer']} path | {e['devices']} | {wa['final_accuracy_mean']:.3f} / "
+            f"{fb['final_accuracy_mean']:.3f} | {e['target']:.3f} | "
+            f"{_mean_time(wa['time_to_target'])} / {_mean_time(fb['time_to_target'])} | {speed} |"
+        )
+    seeds = {len(e["seeds"]) for _, e in examples}
+    rounds = {e["rounds"] for _, e in examples}
+    host = sum(sum(v["host_seconds"]) for _, e in examples for v in e["policies"].values())
+    lines.append("")
+    lines.append(
+        f"Means over {'/'.join(map(str, sorted(seeds)))} seeds of "
+        f"{'/'.join(map(str, sorted(rounds)))} aggregations; the target is "
+        f"{_cell(numbers['target_rule'])}; times are simulated seconds, and the speedup's 95% "
+        f"interval is a paired bootstrap over the seeds. The runs took {host / 60:.0f} minutes "
+        f"of host time in all (torch {numbers['versions']['torch']}, {_cell(numbers['machine'])})."
+    )
+    return "\n".join(lines)
+
+
 def render_all() -> dict[str, str]:
     """The text of every table, by marker name."""
     files = results_files()
@@ -191,6 +239,7 @@ def render_all() -> dict[str, str]:
         "reproduction": reproduction_table(all_claims(files)),
         "performance": performance_table(),
         "training": training_table(),
+        "byo-examples": byo_table(json.loads(BYO.read_text())),
     }
 
 

@@ -264,6 +264,41 @@ def test_dropout_draws_from_keyed_streams_not_the_process_generator():
     pd.testing.assert_frame_equal(a.rounds, b.rounds, check_exact=True)
 
 
+class FunctionalDrop(TinyBN):
+    """Dropout called as a function in ``forward``: no ``nn.Dropout`` module announces it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        out = (torch.relu(self.bn(h)) + h).flatten(1)
+        return self.fc(nn.functional.dropout(out, 0.2, self.training))
+
+
+class RecurrentDrop(nn.Module):
+    """A two-layer GRU with dropout between its layers, over the 8 rows of a digit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(8, 8, num_layers=2, dropout=0.3, batch_first=True)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.gru(x.flatten(1, 2))[0][:, -1])
+
+
+@pytest.mark.parametrize("factory", [FunctionalDrop, RecurrentDrop])
+def test_randomness_no_dropout_module_announces_draws_from_keyed_streams(factory):
+    sc = scenario(factory, rounds=1)
+    net = sc.task.build(8, Streams(0)).network
+    assert net.random and not ModuleNet(Model(TinyBN), Objective(), net._sample, net.device).random
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a = simfl.run(sc, progress=False)
+    assert torch.equal(torch.random.get_rng_state(), before)  # the process's stream untouched
+    torch.manual_seed(999)
+    b = simfl.run(sc, progress=False)
+    pd.testing.assert_frame_equal(a.rounds, b.rounds, check_exact=True)
+
+
 # ------------------------------------------------------------------ errors before the run
 class WrongShape(nn.Module):
     def __init__(self) -> None:
@@ -277,7 +312,7 @@ class WrongShape(nn.Module):
 class _Empty(Partition):
     """Client 2 gets no sample."""
 
-    def split(self, labels, n_clients, n_classes, rng, groups=None):
+    def split(self, labels, n_clients, n_classes, rng, groups=None, *, kind="classification"):
         parts = np.array_split(np.arange(labels.size), n_clients - 1)
         return [*parts[:2], np.array([], dtype=np.int64), *parts[2:]]
 

@@ -84,3 +84,27 @@ def test_replace_block_needs_both_markers():
         readme_tables.replace_block("no markers here", "checks", "body")
     out = readme_tables.replace_block("a <!-- t:begin -->\nold\n<!-- t:end --> b", "t", "new")
     assert out == "a <!-- t:begin -->\nnew\n<!-- t:end --> b"
+
+
+def test_the_byo_examples_block_is_rendered_from_its_results_file():
+    import copy
+
+    data = json.loads(readme_tables.BYO.read_text())
+    assert data["size"] == "full" and data["script"] == "analysis/byo_examples.py"
+    numbers = data["numbers"]
+    assert set(numbers["examples"]) == {"resnet_fmnist", "char_gru"}
+    for e in numbers["examples"].values():
+        wa, fb = e["policies"]["wait-all"], e["policies"]["fedbuff"]
+        # the stated rule: the target is 0.9 of wait-all's final accuracy, mean over the seeds
+        finals = wa["final_accuracy"]
+        assert e["target"] == pytest.approx(0.9 * sum(finals) / len(finals), rel=1e-12)
+        assert len(finals) == len(e["seeds"]) == len(fb["time_to_target"])
+        if e["speedup"] is not None:
+            mean = [sum(v["time_to_target"]) / len(e["seeds"]) for v in (wa, fb)]
+            assert e["speedup"] == pytest.approx(mean[0] / mean[1], rel=1e-12)
+        assert e["bytes_per_update"] == 4 * e["parameters"]  # float32, every parameter
+    table = readme_tables.byo_table(data)
+    changed = copy.deepcopy(data)
+    changed["numbers"]["examples"]["char_gru"]["target"] = 0.98765
+    assert "0.988" in readme_tables.byo_table(changed)
+    assert "0.988" not in table

@@ -57,7 +57,18 @@ from torch import Tensor, nn
 from simfl._checks import check_choice, check_int
 from simfl.neural.kernels import conv_one_channel, pool2_relu
 
-__all__ = ["CNN", "MLP", "Layer", "ModelSpec", "Net", "Params", "param_layer"]
+__all__ = [
+    "CNN",
+    "MLP",
+    "Layer",
+    "ModelSpec",
+    "Net",
+    "PaperModule",
+    "Params",
+    "param_layer",
+    "to_module_params",
+    "to_net_params",
+]
 
 #: Parameters by name; stacked tensors carry a leading client axis.
 Params = dict[str, Tensor]
@@ -326,8 +337,6 @@ class ModelSpec:
         Give it to a task as ``Model(spec.factory(shape, classes))`` to train the network on
         the generic path; its LG-FedAvg splits are declared on it as on the paper network.
         """
-        from simfl.neural.paper import PaperModule
-
         layers = self.build(input_shape, n_classes).layers
         return functools.partial(PaperModule, layers)
 
@@ -495,3 +504,57 @@ class CNN(ModelSpec):
         if self.padding != (0, 0):
             name += f"pad{self.padding}"
         return Net(name, input_shape, layers, splits)
+
+
+class PaperModule(nn.Module):
+    """A paper network's layers as torch modules (see the module docstring).
+
+    Parameters
+    ----------
+    layers
+        The resolved layers of the network (:attr:`Net.layers`).
+    """
+
+    def __init__(self, layers: tuple[Layer, ...]) -> None:
+        super().__init__()
+        self.specs = layers
+        for layer in layers:
+            module: nn.Module
+            if layer.kind == "linear":
+                module = nn.Linear(layer.fan_in, layer.out)
+            else:
+                module = nn.Conv2d(layer.fan_in, layer.out, layer.kernel, padding=layer.padding)
+            self.add_module(layer.name, module)
+
+    def forward(self, x: Tensor) -> Tensor:  # noqa: D102
+        for layer in self.specs:
+            if layer.kind == "linear" and x.dim() > 2:
+                x = x.flatten(1)
+            x = getattr(self, layer.name)(x)
+            if layer.pool:
+                if torch._C._functorch.is_batchedtensor(x):
+                    x = nnf.max_pool2d(x, 2)
+                    x = nnf.relu(x) if layer.relu else x
+                else:
+                    x = pool2_relu(x, layer.relu)
+            elif layer.relu:
+                x = nnf.relu(x)
+        return x
+
+
+def to_module_params(net: Net, params: Params) -> Params:
+    """A paper network's parameters in :class:`PaperModule`'s layout (linear weights ``(out, in)``).
+
+    Stacked tensors (a leading client axis) keep it.
+    """
+    out = dict(params)
+    for layer in net.layers:
+        if layer.kind == "linear":
+            w = params[f"{layer.name}.weight"]
+            out[f"{layer.name}.weight"] = w.transpose(-1, -2).contiguous()
+    return out
+
+
+def to_net_params(net: Net, params: Params) -> Params:
+    """The inverse of :func:`to_module_params`."""
+    return to_module_params(net, params)

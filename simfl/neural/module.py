@@ -28,7 +28,9 @@ use as they use the paper networks' :class:`~simfl.neural.models.Net`:
   parameters (``"cohort"``). A step's clients are grouped by the number of samples in their
   minibatch, so every client computes exactly its own samples (no padding: a BatchNorm layer
   sees only the client's samples) and clients without a sample sit the step out.
-* **Randomness in the module** (dropout): each training step seeds torch's generator from the
+* **Randomness in the module** (dropout: ``nn.Dropout`` modules, and any other draw from
+  torch's generator that a training-mode forward pass makes, such as functional dropout or
+  ``nn.GRU(dropout=...)``): each training step seeds torch's generator from the
   clients' keyed streams (:func:`torch.random.fork_rng` again). In the loop every client draws
   from its own seed; the cohort path draws one set of masks for the group (``vmap``'s
   ``randomness="different"``), so with dropout the two paths draw different masks (both
@@ -402,11 +404,32 @@ class ModuleNet:
             lg["paper"] = self._select("Model.global_layers", model.global_layers)
         self.lg_global = lg
         dropout = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in module.modules())
-        #: Whether a training step draws random numbers (dropout, augmentation).
-        self.random = dropout or augment is not None
         self._sample = sample
+        #: Whether a training step draws random numbers (dropout, augmentation).
+        self.random = dropout or augment is not None or self._draws_random()
         self._probe = _Probe()
         self.trainer = self._choose_path()
+
+    def _draws_random(self) -> bool:
+        """Whether a training-mode forward pass draws from torch's generator.
+
+        Catches the randomness that no ``nn.Dropout`` module announces: functional dropout in
+        ``forward``, the dropout between a recurrent module's layers (``nn.GRU(dropout=...)``),
+        any ``torch.rand`` the module calls. The process's generator is restored.
+        """
+        x, _ = self._sample
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(0)
+            before = torch.random.get_rng_state()
+            gpu = torch.cuda.get_rng_state(self.device) if devices else None
+            self.module.train()
+            with torch.no_grad():
+                self.module(x)
+            drew = not torch.equal(before, torch.random.get_rng_state())
+            if gpu is not None:
+                drew = drew or not torch.equal(gpu, torch.cuda.get_rng_state(self.device))
+        return drew
 
     # ------------------------------------------------------------------ names
     def _select(self, owner: str, patterns: Sequence[str]) -> tuple[str, ...]:
