@@ -170,7 +170,7 @@ def test_a_small_transformer_takes_the_cohort_path():
 def test_the_snippets_of_the_page_run():
     namespace = {"ResNet": _example("resnet_fmnist")["ResNet"]}
     snippets = [b for b in _blocks() if not b.startswith('"""A ')]
-    assert len(snippets) == 6
+    assert len(snippets) == 8
     for code in snippets:
         exec(compile(code, "bring-your-own.md", "exec"), namespace)
     assert namespace["personal"].head == ("fc",) and namespace["fedbn"].norm == "local"
