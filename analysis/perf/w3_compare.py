@@ -1,13 +1,15 @@
 """Workload W3 side by side: simfl (loop and cohort trainers) and pfl-research, interleaved.
 
 Runs ``w3_simfl.py --trainer loop``, ``w3_simfl.py --trainer cohort`` and ``w3_pfl.py`` (pfl
-0.6.0 in its own virtualenv) once per seed, the three of a seed one after another in an order
-that rotates from seed to seed, so that the machine's load falls on each alike; writes every
+0.6.0 in its own virtualenv) once per seed of ``--seeds``, and the loop and pfl once per seed of
+``--more-seeds`` (more accuracy samples, more timing repetitions), the runs of a seed one after
+another in an order that rotates from seed to seed, so that the machine's load falls on each
+alike; writes every
 run's JSON row to ``results/w3_runs.jsonl`` and the medians, ratios and accuracies to
 ``results/w3_summary.json``::
 
     SIMFL_PEERS=/work/shared/peers python analysis/perf/w3_compare.py \\
-        --pfl-python /work/venv-pfl/bin/python --rounds 20 --seeds 0 1 2
+        --pfl-python /work/venv-pfl/bin/python --rounds 20 --seeds 0 1 2 --more-seeds 3 4 5 6 7
     python analysis/perf/w3_compare.py --summarize     # the summary again from the rows
 
 Every seed is both a timing repetition and an accuracy sample: a round's work does not depend
@@ -15,8 +17,9 @@ on the seed (10 clients of 600 images, 12 minibatches each; evaluations at the s
 ``--seed`` sets what both frameworks share (the shards, the initial ResNet) and each one's own
 client sampling and batch order. Speed: medians over the seeds of ``host_wall_s_per_round``
 (wall time of the training loop, evaluations included, per round) and ``host_cpu_s_per_round``
-(the process's CPU time over the same loop: with one thread, what the wall time would be on an
-otherwise idle core; the machine is shared). Accuracy: each run's final test accuracy; pfl's
+(the process's CPU time over the same loop: with one thread, about what the wall time would be
+on an otherwise idle machine; the machine is shared, and CPU time too grows with what else runs,
+through the shared caches). Accuracy: each run's final test accuracy; pfl's
 seed-to-seed spread is the range (max - min) of its final accuracies over the seeds, and simfl's
 accuracy at a seed is within it where ``|simfl - pfl|`` at that seed is at most that range.
 """
@@ -65,13 +68,14 @@ def measure(a: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every variant once per seed, interleaved; the rows (also appended to ``a.out``)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     pythons = {"simfl-loop": a.simfl_python, "simfl-cohort": a.simfl_python, "pfl": a.pfl_python}
-    names = [n for n in VARIANTS if n in a.only]
+    plan = [(seed, [n for n in VARIANTS if n in a.only]) for seed in a.seeds]
+    plan += [(seed, [n for n in VARIANTS if n in a.more_only]) for seed in a.more_seeds]
     rows = []
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not a.append:
         out.write_text("")
-    for rep, seed in enumerate(a.seeds):
+    for rep, (seed, names) in enumerate(plan):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
             script, own = VARIANTS[name]
@@ -115,7 +119,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians per variant, the speed ratios and the accuracy comparison."""
+    """Medians per variant, the speed ratios and the accuracy comparison.
+
+    ``ratios`` divide the variants' medians; ``paired_ratios`` are the medians over the seeds
+    that both variants ran of the ratio of their two runs of a seed (run close together in
+    time, so under similar load).
+    """
     peers: dict[str, Any] = {}
     for name in VARIANTS:
         mine = [r for r in rows if r["peer"] == name]
@@ -146,12 +155,29 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for a, b in (("simfl-loop", "pfl"), ("simfl-cohort", "pfl"), ("simfl-cohort", "simfl-loop"))
         for key in ("host_wall_s_per_round", "host_cpu_s_per_round")
     }
+    by_seed = {name: {r["seed"]: r for r in rows if r["peer"] == name} for name in VARIANTS}
+    paired = {}
+    for a, b in (("simfl-loop", "pfl"), ("simfl-cohort", "pfl"), ("simfl-cohort", "simfl-loop")):
+        seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
+        for key in ("host_wall_s_per_round", "host_cpu_s_per_round"):
+            values = [by_seed[a][s][key] / by_seed[b][s][key] for s in seeds]
+            paired[f"{a}/{b} {key}"] = {
+                "median": _median(values),
+                "by_seed": {str(s): round(v, 4) for s, v in zip(seeds, values, strict=True)},
+            }
     pfl_acc = peers.get("pfl", {}).get("final_test_acc_by_seed", {})
     accuracy: dict[str, Any] = {}
     if pfl_acc:
         low, high = min(pfl_acc.values()), max(pfl_acc.values())
         spread = round(high - low, 4)
         accuracy = {"pfl_min": low, "pfl_max": high, "pfl_spread": spread}
+        for name in VARIANTS:
+            values = list(peers.get(name, {}).get("final_test_acc_by_seed", {}).values())
+            if len(values) > 1:
+                accuracy[f"{name}_mean_sd"] = [
+                    round(statistics.mean(values), 4),
+                    round(statistics.stdev(values), 4),
+                ]
         for name in ("simfl-loop", "simfl-cohort"):
             ours = peers.get(name, {}).get("final_test_acc_by_seed", {})
             diffs = {s: round(v - pfl_acc[s], 4) for s, v in ours.items() if s in pfl_acc}
@@ -169,6 +195,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds": sorted({r["seed"] for r in rows}),
         "peers": peers,
         "ratios": ratios,
+        "paired_ratios": paired,
         "accuracy": accuracy,
         "acceptance": {
             "simfl (loop, the CPU default) at least as fast per round (host wall)": (
@@ -189,8 +216,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--per-round", type=int, default=10)
     p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="seeds of --only")
     p.add_argument("--only", default=",".join(VARIANTS), help="comma list of variants")
+    p.add_argument(
+        "--more-seeds", type=int, nargs="*", default=[], help="further seeds, of --more-only"
+    )
+    p.add_argument("--more-only", default="simfl-loop,pfl", help="comma list of variants")
     p.add_argument("--extra", default="", help="flags appended to every command")
     p.add_argument("--simfl-python", default=sys.executable)
     p.add_argument(
@@ -203,10 +234,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--append", action="store_true", help="append to --out instead of replacing")
     p.add_argument("--summarize", action="store_true", help="only summarise the rows in --out")
     a = p.parse_args(argv)
-    a.only = [s for s in a.only.split(",") if s]
-    unknown = set(a.only) - set(VARIANTS)
-    if unknown:
-        p.error(f"--only: unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    for flag in ("only", "more_only"):
+        chosen = [s for s in getattr(a, flag).split(",") if s]
+        unknown = set(chosen) - set(VARIANTS)
+        if unknown:
+            p.error(f"--{flag.replace('_', '-')}: unknown variants {sorted(unknown)}")
+        setattr(a, flag, chosen)
     return a
 
 
