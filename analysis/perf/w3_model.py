@@ -1,0 +1,60 @@
+"""Workload W3's model: the small ResNet of the docs example ``docs/examples/resnet_fmnist.py``.
+
+``Block`` and ``ResNet`` are that example's classes, copied verbatim (the docs example is the
+reference; keep the two identical): 28x28 Fashion-MNIST images -> a 3x3 stem of 16 channels ->
+two residual blocks (two 3x3 convolutions with GroupNorm(4) added to a strided 1x1 projection of
+the input) to 16x14x14 and 32x7x7 -> a linear layer to 10 classes; 35,242 parameters and no
+buffers (GroupNorm keeps no running statistics, so averaging the parameters averages the whole
+model).
+
+:func:`make_model` gives every framework the same initial weights, as the peers'
+``w2_data.make_model`` does for LeNet-5: torch's default initialisation drawn right after
+``torch.manual_seed(seed)`` inside ``torch.random.fork_rng`` (the caller's torch RNG is left
+untouched). Imports torch only, so pfl-research's virtualenv can import it too.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["Block", "ResNet", "make_model"]
+
+
+class Block(nn.Module):
+    """Two 3x3 convolutions with GroupNorm, added to a 1x1 projection of the input."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False)
+        self.norm1 = nn.GroupNorm(4, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.norm2 = nn.GroupNorm(4, cout)
+        self.skip = nn.Conv2d(cin, cout, 1, stride=2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.norm1(self.conv1(x)))
+        return torch.relu(self.norm2(self.conv2(h)) + self.skip(x))
+
+
+class ResNet(nn.Module):
+    """28x28 images -> 16 channels -> residual blocks to 16x14x14 and 32x7x7 -> 10 classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 16, 3, padding=1)
+        self.blocks = nn.Sequential(Block(16, 16), Block(16, 32))
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.blocks(torch.relu(self.stem(x))).flatten(1))
+
+
+def make_model(seed: int = 0) -> ResNet:
+    """The ResNet with torch's default init right after ``torch.manual_seed(seed)``.
+
+    Drawn inside ``torch.random.fork_rng``, so the caller's torch RNG stream is left untouched.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ResNet()
