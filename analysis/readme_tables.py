@@ -186,6 +186,32 @@ def training_table(path: Path = MODULE_PATHS) -> str:
     return "\n".join(lines)
 
 
+W3_SUMMARY = HERE / "perf" / "results" / "w3_summary.json"
+
+
+def w3_table(path: Path = W3_SUMMARY) -> str:
+    """W3 (the docs' ResNet) on simfl's two paths and pfl-research (``w3_compare.py``)."""
+    if not path.exists():
+        return "(no results: run analysis/perf/w3_compare.py)"
+    data = json.loads(path.read_text())
+    rows = data["peers"]
+    pfl = rows["pfl"]
+    lines = [
+        "| W3 | CPU s per round | wall s per round | CPU vs pfl | final accuracy by seed |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        ratio = row["host_cpu_s_per_round"] / pfl["host_cpu_s_per_round"]
+        accs = ", ".join(f"{v:.4f}" for _, v in sorted(row["final_test_acc_by_seed"].items()))
+        lines.append(
+            f"| {_cell(row['framework'])} ({_cell(name)}) | {row['host_cpu_s_per_round']:.3f} | "
+            f"{row['host_wall_s_per_round']:.3f} | {ratio:.2f}x | {accs} |"
+        )
+    lines.append("")
+    lines.append(f"{_cell(data['workload'])}; medians over the runs of each.")
+    return "\n".join(lines)
+
+
 def _mean_time(times: list[float | None]) -> str:
     """Mean simulated seconds to target over the seeds (``None``: a seed never reached it)."""
     missed = sum(t is None for t in times)
@@ -238,7 +264,7 @@ def render_all() -> dict[str, str]:
         "checks": checks_table(files),
         "reproduction": reproduction_table(all_claims(files)),
         "performance": performance_table(),
-        "training": training_table(),
+        "training": training_table() + "\n\n" + w3_table(),
         "byo-examples": byo_table(json.loads(BYO.read_text())),
     }
 
