@@ -8,8 +8,8 @@ alike; writes every
 run's JSON row to ``results/w3_runs.jsonl`` and the medians, ratios and accuracies to
 ``results/w3_summary.json``::
 
-    SIMFL_PEERS=/work/shared/peers python analysis/perf/w3_compare.py \\
-        --pfl-python /work/venv-pfl/bin/python --rounds 20 --seeds 0 1 2 8 9 10 --more-seeds 3 4 5 6 7
+    SIMFL_PEERS=/work/shared/peers python analysis/perf/w3_compare.py --rounds 20 \\
+        --pfl-python /work/venv-pfl/bin/python --seeds 0 1 2 8 9 10 --more-seeds 3 4 5 6 7
     python analysis/perf/w3_compare.py --summarize     # the summary again from the rows
 
 Every seed is both a timing repetition and an accuracy sample: a round's work does not depend
