@@ -147,9 +147,15 @@ def test_w3_summary_ratios_and_the_accuracy_spread():
     assert s["peers"]["pfl"]["host_wall_s_per_round"] == 5.0  # medians over the seeds
     assert s["peers"]["simfl-loop"]["host_cpu_s_per_round"] == 3.0
     assert s["peers"]["simfl-loop"]["host_wall_s_per_round_range"] == [3.0, 9.0]
-    assert s["ratios"]["simfl-loop/pfl host_wall_s_per_round"] == 0.8
+    assert s["ratios"]["simfl-loop/pfl host_wall_s_per_round"] == 0.8  # medians 4.0 / 5.0
     assert s["ratios"]["simfl-loop/pfl host_cpu_s_per_round"] == round(3.0 / 3.1, 4)
     assert s["ratios"]["simfl-cohort/simfl-loop host_cpu_s_per_round"] == round(4.4 / 3.0, 4)
+    # paired: the median of 3/4, 4/5, 9/6 (each seed's two runs)
+    paired = s["paired_ratios"]["simfl-loop/pfl host_wall_s_per_round"]
+    assert paired == {"median": 0.8, "by_seed": {"0": 0.75, "1": 0.8, "2": 1.5}}
+    # ratios and pairs only over the seeds both variants ran
+    more = [*rows, row("pfl", 3, 1.0, 1.0, 0.62)]
+    assert w3_compare.summarize(more)["ratios"] == s["ratios"]
     acc = s["accuracy"]
     assert (acc["pfl_min"], acc["pfl_max"], acc["pfl_spread"]) == (0.60, 0.66, 0.06)
     # loop: 0.65 - 0.60 = 0.05 and 0.64 - 0.63 = 0.01 are within 0.06, 0.58 - 0.66 is not
@@ -157,6 +163,6 @@ def test_w3_summary_ratios_and_the_accuracy_spread():
     assert acc["simfl-loop"]["within_spread_by_seed"] == {"0": True, "1": False, "2": True}
     assert acc["simfl-cohort"]["inside_pfl_range_by_seed"] == {"0": True, "1": False, "2": False}
     assert s["acceptance"] == {
-        "simfl (loop, the CPU default) at least as fast per round (host wall)": True,
+        "simfl (loop, the CPU default) at least as fast per round (host wall, paired)": True,
         "simfl (loop) accuracy within pfl's seed-to-seed spread at every seed": False,
     }

@@ -1,11 +1,12 @@
 """Workload W3's model: the small ResNet of the docs example ``docs/examples/resnet_fmnist.py``.
 
 ``Block`` and ``ResNet`` are that example's classes, copied verbatim (the docs example is the
-reference; keep the two identical): 28x28 Fashion-MNIST images -> a 3x3 stem of 16 channels ->
-two residual blocks (two 3x3 convolutions with GroupNorm(4) added to a strided 1x1 projection of
-the input) to 16x14x14 and 32x7x7 -> a linear layer to 10 classes; 35,242 parameters and no
-buffers (GroupNorm keeps no running statistics, so averaging the parameters averages the whole
-model).
+reference; keep the two identical, ``tests/test_w3_perf.py`` compares them where both are in the
+checkout): 1x28x28 Fashion-MNIST images -> a 3x3 convolution to 16 channels and a ReLU -> two
+residual blocks (two 3x3 convolutions with GroupNorm(4), the first of stride 2, added to a
+strided 1x1 convolution of the input) to 16x14x14 and 32x7x7 -> a linear layer to 10 classes;
+35,242 parameters and no buffers (GroupNorm keeps no running statistics, so averaging the
+parameters averages the whole model).
 
 :func:`make_model` gives every framework the same initial weights, as the peers'
 ``w2_data.make_model`` does for LeNet-5: torch's default initialisation drawn right after

@@ -24,9 +24,17 @@ on identical arrays from identical weights:
 - Fleet: as W2: compute time Exp with mean ``--mean-latency`` per whole local update, re-drawn
   every round, free links; ``WaitAll(count=per_round)``: a uniform draw without replacement.
 - Threads: one torch/BLAS thread unless ``--threads`` says otherwise.
+- Evaluation: simfl scores the test set in pieces of 1,024 images (``simfl.neural.train.CHUNK``),
+  as pfl does with the peers' ``--eval-batch 1024`` (which simfl does not read). After the last
+  round simfl also scores the final model once per evaluated client for
+  ``res.meta["client_metrics"]``: one more pass over the test set, inside the timed call (pfl
+  has its own extra: its per-user metrics of the first round's ten users, before and after
+  training).
 - ``host_wall_s`` times the ``simfl.run`` call only (every round and the evaluations at round
   0, every ``--eval-every`` rounds and after the last); ``host_cpu_s_per_round`` is the
-  process's CPU time over the same call per round.
+  process's CPU time over the same call per round. Set-up (``setup_s``) includes counting the
+  model's work (``train_macs_per_sample``), whose ``FlopCounterMode`` imports ``torch._dynamo``
+  (about a second), as pfl's set-up does when it builds its first optimiser.
 
 ``--trainer loop`` trains the cohort client by client, ``--trainer cohort`` all clients of a
 round in one ``torch.func.vmap`` call per minibatch step (``auto``: the loop on a CPU).
