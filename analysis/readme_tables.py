@@ -156,7 +156,7 @@ _PATH_NAMES = {
     "module-loop": "LeNet-5 as a torch.nn.Module, per-client loop (the CPU default)",
     "module-cohort": "LeNet-5 as a torch.nn.Module, vmap over the cohort",
     "paper": "the paper network's fast path (Net)",
-    "base": "the fast path before the generic trainer (another checkout)",
+    "base": "the fast path of another checkout (--base)",
 }
 
 

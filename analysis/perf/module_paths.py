@@ -7,8 +7,7 @@ interleaved, once per repeat for each variant:
   on the generic trainer's per-client loop (``Model(trainer="loop")``, the CPU default);
 * ``module-cohort``: the same module, ``vmap`` over the cohort (``Model(trainer="cohort")``);
 * ``paper``: the paper network's fast path (``Net``: batched linear layers, simfl's kernels);
-* ``base``: the fast path of another checkout (``--base``, e.g. b3b5a48, the code before the
-  generic trainer), when given.
+* ``base``: the fast path of another checkout (``--base``), when given.
 
 Each variant's per-round host CPU and wall seconds are the medians over the repeats; the
 ratios are measured side by side in this one run (the machine is shared and noisy). The
@@ -16,8 +15,8 @@ generic path's one-time set-up inside ``simfl.run`` (``FlopCounterMode`` imports
 ``torch._dynamo`` on its first use, about 1.5 s) is in the wall time as the peers measure it.
 Writes ``results/module_paths.json``::
 
-    git worktree add --detach /tmp/simfl-b3b5a48 b3b5a48
-    SIMFL_PEERS=../shared/peers python analysis/perf/module_paths.py --base /tmp/simfl-b3b5a48
+    git worktree add --detach /tmp/simfl-base COMMIT
+    SIMFL_PEERS=../shared/peers python analysis/perf/module_paths.py --base /tmp/simfl-base
 """
 
 from __future__ import annotations
