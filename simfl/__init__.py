@@ -23,6 +23,8 @@ engine. :mod:`simfl.sweeps` runs grids of scenarios into a store (:func:`sweep`)
 (5, 50)
 """
 
+from typing import TYPE_CHECKING, Any
+
 # _native first: it picks the compiled modules or their Python sources before they are imported
 from simfl import _native as _native
 from simfl import algorithms, dists, policies, sweeps, tasks
@@ -33,6 +35,10 @@ from simfl.results import Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario, Target
 from simfl.sweeps import Store, sweep
+
+if TYPE_CHECKING:
+    from simfl import tuning
+    from simfl.tuning import tune
 
 __all__ = [
     "Fleet",
@@ -50,4 +56,15 @@ __all__ = [
     "sweep",
     "sweeps",
     "tasks",
+    "tune",
+    "tuning",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``simfl.tune`` and ``simfl.tuning``, imported when first used (they load Optuna)."""
+    if name in ("tune", "tuning"):
+        import simfl.tuning
+
+        return simfl.tuning if name == "tuning" else simfl.tuning.tune
+    raise AttributeError(f"module 'simfl' has no attribute {name!r}")

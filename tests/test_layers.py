@@ -11,7 +11,7 @@ type-only import). The layers, low to high (a module may import its own layer an
     3 policies   policies
     4 run model  scenario, results
     5 engine     engine
-    6 analysis   compare, plots, sweeps, report
+    6 analysis   compare, plots, sweeps, report, tuning
     7 interface  cli, and the package's own ``simfl/__init__.py``
 """
 
@@ -46,6 +46,7 @@ LAYERS = {
     "compare": 6,
     "plots": 6,
     "sweeps": 6,
+    "tuning": 6,
     "report": 6,
     "cli": 7,
     "": 7,  # simfl/__init__.py
