@@ -5,7 +5,9 @@ search:
 
 * a knob whose different values gave identical runs on every seed has no effect over those
   values (a cohort larger than the devices ever online is capped, a deadline longer than every
-  job never binds), so the search's choice among them means nothing;
+  job never binds), so the search's choice among them means nothing; a cohort size
+  (``*.count``) larger than any round of its runs selected is reported even when other knobs
+  vary with it;
 * seeds that gave identical runs: nothing in the scenario is random, and more seeds only cost
   time (nor does a confidence interval over them say anything);
 * a constraint every trial met did not constrain the search; one no trial met leaves no answer;
@@ -51,6 +53,7 @@ def advise(
         if t.state == TrialState.COMPLETE and len(t.user_attrs.get("digests", [])) == len(seeds)
     ]
     out += _no_effect(knobs, full)
+    out += _capped(knobs, full)
     out += _same_seeds(full, seeds)
     out += _slack(constraints, [t for t in trials if t.state != TrialState.FAIL])
     out += _never_reached(objectives, [t for t in trials if t.state != TrialState.FAIL])
@@ -65,7 +68,7 @@ def _no_effect(knobs: Mapping[str, Knob], trials: Sequence[optuna.trial.FrozenTr
     for path in knobs:
         same: list[tuple[list[Any], list[int], int]] = []
         for group in groups.values():
-            values = sorted({t.params[path] for t in group}, key=repr)
+            values = sorted({t.params[path] for t in group}, key=_order_key)
             if len(values) > 1:
                 cap = max(int(t.user_attrs.get("max_selected", 0)) for t in group)
                 same.append((values, [t.number for t in group], cap))
@@ -87,6 +90,37 @@ def _no_effect(knobs: Mapping[str, Knob], trials: Sequence[optuna.trial.FrozenTr
             f"effect {'in the range searched' if everywhere else 'between these values'}{why}"
         )
     return lines
+
+
+def _capped(knobs: Mapping[str, Knob], trials: Sequence[optuna.trial.FrozenTrial]) -> list[str]:
+    """Cohort sizes (``*.count`` knobs) larger than any round of their runs ever selected."""
+    lines = []
+    for path in knobs:
+        if path.rsplit(".", 1)[-1] != "count":
+            continue
+        over = [
+            t
+            for t in trials
+            if isinstance(t.params.get(path), int)
+            and t.params[path] > int(t.user_attrs.get("max_selected", 0))
+        ]
+        if not over:
+            continue
+        cap = max(int(t.user_attrs.get("max_selected", 0)) for t in over)
+        values = sorted({t.params[path] for t in over})
+        lines.append(
+            f"knob {path}: {len(over)} trials asked for cohorts of {values[0]}-{values[-1]} "
+            f"devices, but no round of theirs selected more than {cap}: the cohort is capped "
+            f"(at the devices online), so values above {cap} have no effect there"
+        )
+    return lines
+
+
+def _order_key(value: Any) -> tuple[int, Any]:
+    """Numbers in numeric order, then everything else by its text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, repr(value))
 
 
 def _same_seeds(trials: Sequence[optuna.trial.FrozenTrial], seeds: Sequence[int]) -> list[str]:

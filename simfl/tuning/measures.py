@@ -92,6 +92,14 @@ class Measure(ABC):
         """
         return None
 
+    def censored(self, results: Results) -> float:
+        """A finite stand-in for a run whose :meth:`per_run` is ``inf`` (a target missed).
+
+        What the run shows at least (the simulated time it lasted, the energy it spent): the
+        sampler's model reads it, marked infeasible, never the tables.
+        """
+        return math.inf
+
     def check(self, scenario: Scenario) -> None:  # noqa: B027 - optional hook
         """Raise ``ValueError`` if runs of ``scenario`` cannot give this measure."""
 
@@ -147,6 +155,10 @@ class TimeToTarget(Measure):
         """The mean if every seed still to run reached the target at once (times are >= 0)."""
         return float(np.sum(values)) / n
 
+    def censored(self, results: Results) -> float:
+        """The simulated seconds the run lasted without reaching the target."""
+        return float(results.meta.get("sim_time", math.inf))
+
     def check(self, scenario: Scenario) -> None:  # noqa: D102
         _check_metric("TimeToTarget", self.metric, scenario)
 
@@ -175,6 +187,10 @@ class EnergyToTarget(Measure):
     def bound(self, values: Sequence[float], n: int) -> float | None:
         """The mean if every seed still to run spent nothing (energies are >= 0)."""
         return float(np.sum(values)) / n
+
+    def censored(self, results: Results) -> float:
+        """The joules the run spent without reaching the target."""
+        return float(results.clients["energy"].sum())
 
     def check(self, scenario: Scenario) -> None:  # noqa: D102
         _check_metric("EnergyToTarget", self.metric, scenario)

@@ -154,6 +154,9 @@ class TuneOutcome:
         What could mislead the search (:mod:`simfl.tuning.advice`).
     runs, reused
         Runs executed by this call, and runs found already stored.
+    used
+        Runs the finished trials used (their seeds up to where they stopped; a failed trial
+        counts all its seeds): what ``max_runs`` budgets.
     """
 
     study: str
@@ -169,6 +172,7 @@ class TuneOutcome:
     warnings: tuple[str, ...]
     runs: int
     reused: int
+    used: int
 
     @staticmethod
     def table(
@@ -208,7 +212,8 @@ class TuneOutcome:
         lines = [
             f"study      {self.study}: {len(self.trials)} trials ({int(states.get('complete', 0))} "
             f"complete, {int(states.get('pruned', 0))} pruned, {int(states.get('failed', 0))} "
-            f"failed); {self.runs} runs, {self.reused} found stored; runs in {where}"
+            f"failed) using {self.used} runs; {self.runs} runs executed, {self.reused} found "
+            f"stored; runs in {where}"
         ]
         if not self.best:
             lines.append(
@@ -248,6 +253,7 @@ class TuneOutcome:
                 "warnings": list(self.warnings),
                 "runs": self.runs,
                 "reused": self.reused,
+                "used": self.used,
             }
         )
         return out
