@@ -126,7 +126,7 @@ def test_energy_columns_are_identical() -> None:
 
 def test_the_fast_loop_is_chosen_only_for_planned_runs_with_the_base_pick() -> None:
     class MyPick(FedBuff):
-        def pick(self, view, busy, n_started):  # type: ignore[no-untyped-def]
+        def pick(self, state, view, busy, n_started):  # type: ignore[no-untyped-def]
             return int(np.flatnonzero(~busy)[0])
 
     sc = timing_scenario(n=10, policy=FedBuff(buffer_size=2, concurrency=3))

@@ -78,6 +78,21 @@ def test_skip_late_leaves_out_devices_late_in_two_of_their_last_three_rounds():
     assert res.meta["stop_reason"] == "rounds" and len(res.rounds) == 60
 
 
+def test_the_learning_async_example_is_shown_and_prints_what_the_page_says(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    page = (DOCS / "writing-a-policy.md").read_text()
+    path = DOCS / "examples" / "skip_late_async.py"
+    assert path.read_text() in re.findall(r"```python\n(.*?)```", page, re.S)
+    runpy.run_path(str(path), run_name="__main__")  # its demo: two runs of 300 aggregations
+    printed = capsys.readouterr().out
+    shown = re.findall(r"```text\n(fedbuff: .*?)```", page, re.S)
+    assert shown == [printed]
+    # FedBuff keeps the slow tier busy, the example stops using it
+    shares = [[int(p) for p in re.findall(r"(\d+)%", line)] for line in printed.splitlines()]
+    assert min(shares[0]) >= 10 and shares[1][1] == 0
+
+
 def test_hinge_weighting_is_fedbuff_with_other_weights():
     hinge_buff = _example("async_weighting")["HingeBuff"]
     pol = hinge_buff(buffer_size=4, concurrency=8, hinge=2, slope=0.5)

@@ -89,10 +89,10 @@ def test_async_pick_never_starts_a_busy_or_offline_device():
     mask = np.array([True, True, False, True, False, True, True, True])
     view = FakeView(n_devices=8, mask=mask)
     busy = np.array([False, True, False, False, False, True, True, False])
-    picks = {pol.pick(view, busy, n) for n in range(200)}
+    picks = {pol.pick(None, view, busy, n) for n in range(200)}
     assert picks == {0, 3, 7}
-    assert pol.pick(view, ~mask | busy | True, 0) is None
-    assert pol.pick(FakeView(n_devices=3), np.ones(3, dtype=bool), 0) is None
+    assert pol.pick(None, view, ~mask | busy | True, 0) is None
+    assert pol.pick(None, FakeView(n_devices=3), np.ones(3, dtype=bool), 0) is None
 
 
 # ---------------------------------------------------------------- the engine's side of errors

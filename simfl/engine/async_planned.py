@@ -7,7 +7,11 @@ instants at which the jobs in flight resolve and handles them in the order the S
 (:class:`~simfl.engine.asynchronous.AsyncLoop`, the reference, still used for live playback
 and with ``simfl.run(..., batched=False)``) handles them: by time, ties in the order the jobs
 started (their timeouts were created in that order, and SimPy fires equal-time events first in,
-first out). Everything recorded is identical, row for row and bit for bit.
+first out). Everything recorded is identical, row for row and bit for bit. It plays the
+policies whose picks can be drawn ahead and that learn nothing while the run goes on
+(:meth:`PlannedAsyncLoop.applies`): FedAsync, FedBuff and their variants that only weigh
+otherwise; a policy with a state, or its own :meth:`~simfl.policies.AsyncPolicy.pick`, is
+played by the reference loop.
 
 What makes it fast:
 
@@ -81,7 +85,7 @@ class _Block:
     def __init__(
         self,
         run: RunContext,
-        policy: AsyncPolicy,
+        policy: AsyncPolicy[Any],
         job_index: list[int],
         first: int,
         size: int,
@@ -115,11 +119,24 @@ class PlannedAsyncLoop:
     """The asynchronous server loop of a planned run (see the module docstring)."""
 
     @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy) -> bool:
-        """Whether this loop can play ``policy`` in ``run`` (else :class:`AsyncLoop` does)."""
-        return run.batched and policy.first_picks(run.view, 0, 0) is not None
+    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
+        """Whether this loop can play ``policy`` in ``run`` (else :class:`AsyncLoop` does).
 
-    def __init__(self, run: RunContext, policy: AsyncPolicy) -> None:
+        A batched run of a policy whose picks can be drawn ahead
+        (:meth:`~simfl.policies.AsyncPolicy.first_picks`) and that learns nothing while the run
+        goes on: one that overrides :meth:`~simfl.policies.AsyncPolicy.start` or
+        :meth:`~simfl.policies.AsyncPolicy.observe` may pick from what it observed, which picks
+        drawn a block ahead cannot follow.
+        """
+        cls = type(policy)
+        return (
+            run.batched
+            and cls.start is AsyncPolicy.start
+            and cls.observe is AsyncPolicy.observe
+            and policy.first_picks(run.view, 0, 0) is not None
+        )
+
+    def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         self.run = run
         self.policy = policy
         self.env = run.env
@@ -163,6 +180,8 @@ class PlannedAsyncLoop:
         self.win_arrives: list[bool] = []
         self.win_ok: list[bool] = []
         self.done = False
+        #: the policy state: start's, for ever (the loop plays only policies that do not observe)
+        self.state: Any = policy.start(run.view)
 
     @property
     def version(self) -> int:
@@ -268,7 +287,7 @@ class PlannedAsyncLoop:
                 after, arrives, row = self.win_after[w], self.win_arrives[w], row0 + w
             else:
                 if busy[device]:
-                    picked = policy.pick(run.view, self.busy, n)
+                    picked = policy.pick(self.state, run.view, self.busy, n)
                     if picked is None:  # pragma: no cover - concurrency <= fleet size
                         return
                     device = picked

@@ -107,7 +107,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
     """The asynchronous server loop of a timing-only planned run (see the module docstring)."""
 
     @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy) -> bool:
+    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
         """Whether the run computes nothing and :class:`PlannedAsyncLoop` could play it."""
         alg = type(run.algorithm)
         return (
@@ -118,7 +118,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             and not run.metrics
         )
 
-    def __init__(self, run: RunContext, policy: AsyncPolicy) -> None:
+    def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         super().__init__(run, policy)
         fleet, alg = run.fleet, run.algorithm
         self.payload = alg.payload(run.state)
@@ -239,7 +239,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
     def _start_alone(self, n: int, device: int, now: float) -> tuple[float, int, int]:
         """Job ``n`` (on ``device`` unless busy), not in the block's table: its heap entry."""
         if self._busy[device]:
-            picked = self.policy.pick(self.run.view, self.busy, n)
+            picked = self.policy.pick(self.state, self.run.view, self.busy, n)
             assert picked is not None  # concurrency <= fleet size: an idle device exists
             device = picked
         after, arrives, row = self._plan_one(device, self.job_index[device])

@@ -1,7 +1,10 @@
 """The asynchronous loop: jobs in flight, arrivals buffered, staleness-weighted mixing.
 
 The server keeps ``concurrency`` jobs in flight. Whenever one ends, it starts another on the
-device the policy picks (:meth:`~simfl.policies.AsyncPolicy.pick`). Each job downloads the
+device the policy picks (:meth:`~simfl.policies.AsyncPolicy.pick`, which reads the policy
+state: :meth:`~simfl.policies.AsyncPolicy.start` gives it when the run starts and
+:meth:`~simfl.policies.AsyncPolicy.observe` the next one after each aggregation, from the
+aggregation's :class:`~simfl.outcome.Outcome`; the loop keeps it). Each job downloads the
 current model version; its update is computed (lazily, when it is about to be applied) from
 *that* version, kept as a snapshot while a job still refers to it. An update's staleness is the
 number of server versions created between its download and its application. Every
@@ -15,6 +18,11 @@ every applied update. Updates in the buffer or in flight when the run ends are r
 ``cancelled``; updates staler than ``max_staleness`` are discarded as ``late``. A run stops as
 ``stalled`` after :data:`STALL_JOBS` jobs in a row end without an update arriving, and as
 ``offline`` when no job is in flight and no device will ever come online.
+
+The policy observes every aggregation, empty ones included, once it is recorded: the jobs
+dropped since the previous one, then the buffered ones (``arrived`` or ``late``). Jobs with no
+aggregation after them (the drops of a stalled run; whatever ends or waits when the run stops)
+are recorded but never observed.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ class _Job:
 class AsyncLoop:
     """The server loop of an asynchronous policy (one per run; its state in its attributes)."""
 
-    def __init__(self, run: RunContext, policy: AsyncPolicy) -> None:
+    def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         self.run = run
         self.policy = policy
         self.env = run.env
@@ -73,6 +81,7 @@ class AsyncLoop:
         self.last_time = 0.0
         self.drops_in_row = 0
         self.wake_at = math.nan
+        self.state: Any = None  # the policy state (policy.start's, once the loop serves)
 
     @property
     def version(self) -> int:
@@ -84,7 +93,7 @@ class AsyncLoop:
         """Start jobs until ``concurrency`` are in flight (or no idle device is online)."""
         run = self.run
         while len(self.in_flight_jobs) < self.policy.concurrency:
-            device = self.policy.pick(run.view, self.busy, self.n_started)
+            device = self.policy.pick(self.state, run.view, self.busy, self.n_started)
             if device is None:
                 self.wake_when_online()
                 return
@@ -163,7 +172,7 @@ class AsyncLoop:
         )
 
     def aggregate(self) -> None:
-        """Mix the buffered updates into the model, record the aggregation."""
+        """Mix the buffered updates into the model, record the aggregation, observe it."""
         run, policy, alg = self.run, self.policy, self.run.algorithm
         version = self.version
         limit = policy.max_staleness
@@ -186,9 +195,9 @@ class AsyncLoop:
             "n_cancelled": 0,
             "staleness_mean": float(staleness.mean()) if applied else float("nan"),
         }
+        outcome = self.outcome()
         if applied:
             state = run.state
-            outcome = self.outcome()
 
             def compute() -> tuple[Any, Any]:
                 parts = [
@@ -212,6 +221,7 @@ class AsyncLoop:
         self.last_time = self.env.now
         run.end_aggregation(row)  # the version number moves on
         self.snapshots[self.version] = [run.state, 0]
+        self.state = policy.observe(self.state, outcome, run.view)
 
     @property
     def in_flight(self) -> bool:
@@ -233,6 +243,7 @@ class AsyncLoop:
     def serve(self) -> Generator[Any, Any, None]:
         """The loop: keep jobs in flight, aggregate every ``buffer()`` arrivals."""
         run = self.run
+        self.state = self.policy.start(run.view)
         self.launch()
         while run.stop_reason is None:
             kind, job = yield self.inbox.get()

@@ -21,12 +21,16 @@ the mix is on the algorithm side (:mod:`simfl.algorithms.mixing`), and the resul
 through :meth:`~simfl.algorithms.Algorithm.with_shared` (linear FedRep re-orthonormalises
 there). The engine plays the runs (:mod:`simfl.engine.asynchronous`, where the records are
 described).
+
+Both are stateless: their policy state is ``None`` and they learn nothing. They are typed
+``AsyncPolicy[Any]`` so that a subclass may keep a state of its own type (a policy that learns
+from lateness, ``docs/examples/skip_late_async.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,7 +50,7 @@ def _check_common(owner: str, concurrency: int, exponent: float, max_staleness: 
 
 
 @dataclass(frozen=True)
-class FedAsync(AsyncPolicy):
+class FedAsync(AsyncPolicy[Any]):
     """Mix every arrival into the model at once, weighted by its staleness.
 
     Parameters
@@ -80,7 +84,7 @@ class FedAsync(AsyncPolicy):
 
 
 @dataclass(frozen=True)
-class FedBuff(AsyncPolicy):
+class FedBuff(AsyncPolicy[Any]):
     """Aggregate every ``buffer_size`` arrivals: staleness-weighted mean of their deltas.
 
     Parameters

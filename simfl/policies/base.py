@@ -22,10 +22,12 @@ Four families, one loop each in the engine:
     the group's updates are aggregated into the group's model and the server mixes the latest
     model of every group with :meth:`TieredPolicy.mixer`'s weights.
 :class:`AsyncPolicy`
-    Asynchronous aggregation: how many jobs are in flight, which device starts next, how many
-    arrivals make an aggregation, which updates are too stale, and the staleness weights of
-    the mixing (:meth:`AsyncPolicy.mixer`; the math itself is the algorithm side's,
-    :mod:`simfl.algorithms.mixing`).
+    Asynchronous aggregation: how many jobs are in flight, which device starts next
+    (``pick(state, view, busy, n_started)``), how many arrivals make an aggregation, which
+    updates are too stale, and the staleness weights of the mixing (:meth:`AsyncPolicy.mixer`;
+    the math itself is the algorithm side's, :mod:`simfl.algorithms.mixing`). ``start(view)``
+    and ``observe(state, outcome, view)`` (after each aggregation) learn, as in
+    :class:`SyncPolicy`.
 """
 
 from __future__ import annotations
@@ -287,16 +289,43 @@ class TieredPolicy(Policy, ABC, Generic[S]):
         _check_mixable(self, algorithm)
 
 
-class AsyncPolicy(Policy, ABC):
+class AsyncPolicy(Policy, ABC, Generic[S]):
     """Asynchronous aggregation (see :mod:`simfl.policies.asynchronous`).
 
     The engine keeps :attr:`concurrency` jobs in flight, starting each on the device
     :meth:`pick` names; every :meth:`buffer` arrivals it aggregates the updates not staler than
     :attr:`max_staleness`, mixing them with :meth:`mixer`'s weights.
+
+    A policy that learns while the run goes on keeps what it learns in a *policy state*, as a
+    :class:`SyncPolicy` does: :meth:`start` gives the initial one, :meth:`pick` reads it and
+    :meth:`observe` returns the next one after each aggregation. The engine threads the state
+    (the policy object stays frozen). Such a policy, like one that overrides :meth:`pick`, is
+    played by the reference loop (:class:`~simfl.engine.asynchronous.AsyncLoop`), which asks
+    it for every pick. FedAsync and FedBuff are stateless (their state is ``None``).
     """
 
     concurrency: int
     max_staleness: int | None
+
+    def start(self, view: View) -> S:
+        """The policy state before the first job starts (default: ``None``, stateless)."""
+        return None  # type: ignore[return-value]
+
+    def observe(self, state: S, outcome: Outcome, view: View) -> S:
+        """Learn from an aggregation; default: nothing.
+
+        Called after each aggregation is recorded (``view.last`` reads its row; ``view.round``
+        is the next one), empty ones included (every buffered update discarded as too stale).
+        ``outcome`` holds the jobs of the aggregation: the jobs dropped since the previous one,
+        then the buffered ones, with final statuses (``ARRIVED``, or ``LATE`` if discarded as
+        staler than :attr:`max_staleness`), their ``job_start``, ``job_end`` and (applied
+        updates) ``staleness``; its ``round`` is the aggregation's index. Jobs that end
+        without an aggregation after them are never observed: the drops and buffered updates
+        when the run ends (recorded ``dropped`` and ``cancelled``), and the drops of a run
+        that stops as ``stalled`` (:data:`~simfl.engine.asynchronous.STALL_JOBS` in a row
+        with no aggregation) or ``offline``.
+        """
+        return state
 
     def buffer(self) -> int:
         """Arrivals per aggregation."""
@@ -312,11 +341,13 @@ class AsyncPolicy(Policy, ABC):
     def check_algorithm(self, algorithm: Algorithm[Any]) -> None:  # noqa: D102
         _check_mixable(self, algorithm)
 
-    def pick(self, view: View, busy: NDArray[np.bool_], n_started: int) -> int | None:
+    def pick(self, state: S, view: View, busy: NDArray[np.bool_], n_started: int) -> int | None:
         """The device the next job starts on: uniform among the idle online ones.
 
-        ``busy`` marks the devices with a job in flight and ``n_started`` counts the jobs
-        started so far (it keys the draw). ``None`` if no idle device is online.
+        ``state`` is the policy state (unused here), ``busy`` marks the devices with a job in
+        flight and ``n_started`` counts the jobs started so far (it keys the draw). ``None`` if
+        no idle device is online (the engine asks again when a job ends or a device comes
+        online).
         """
         n = busy.size
         online = view.online_mask()
@@ -350,7 +381,8 @@ class AsyncPolicy(Policy, ABC):
         idle, and must be asked otherwise); ``attempt=1``: its second draw (returned when the
         first device is busy and this one idle). ``None`` where a subclass picks otherwise (it
         overrides :meth:`pick` and not this method): the engine then asks :meth:`pick` for
-        every job.
+        every job. Only the fast loops use it, and only for policies that keep no state
+        (:meth:`start` and :meth:`observe` not overridden).
         """
         if type(self).pick is not AsyncPolicy.pick:
             return None
