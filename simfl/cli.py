@@ -28,13 +28,44 @@
     ``STORE/report.json`` for ``simfl report``. Exit status 1 if any run of the sweep failed;
     on Ctrl-C (130) or SIGTERM (143) the workers are stopped and it prints what finished and
     the command that resumes.
+``simfl tune SCENARIO.py [--pick NAME] [--knob PATH=SPEC ...] [--objective MEASURE]``
+``[--objective MEASURE] [--constraint "MEASURE<=X" ...] [--seeds 0-2] [--trials N]``
+``[--fresh-seeds 100-102 | --no-fresh] [--store DIR] [--study NAME] [--search-seed N]``
+``[--no-prune] [--executor processes|dask|inline] [--scheduler ADDR] [--workers N]``
+``[--threads N] [--quiet]``
+    Search one scenario's knobs for the setting that optimises an objective over seeds
+    (:func:`simfl.tune`: Optuna's TPE; needs ``pip install 'simfl[tune]'``). A file with
+    several scenarios needs ``--pick``, as for ``run``. Knobs are dataclass paths of the
+    scenario with a range or choice (:mod:`simfl.tuning.parse`): ``policy.seconds=1:60``
+    (real; ``1:60:log`` on a log scale), ``policy.count=5..50`` (integer; ``5..50:5`` by steps,
+    ``1..64:log``), ``policy.partial=False,True`` (a choice of plain values),
+    ``fleet=@FLEETS`` (a choice of the dict ``{label: value}`` the file defines as
+    ``FLEETS``). Measures: ``time:METRIC<=X`` (or ``>=X``), ``energy:METRIC<=X``,
+    ``updates_per_hour``, ``final:METRIC``, ``round_time[:Q]``, ``jain[:groups|:devices]``,
+    ``share:GROUP``, ``sim_time``; two ``--objective`` give a Pareto front. A constraint is a
+    measure, ``<=`` or ``>=`` and a number (the last comparison is the bound:
+    ``round_time:0.95<=60``, ``time:accuracy>=0.8<=500``). The file may define ``TUNE``, a
+    dict of ``simfl.tune``'s arguments (``knobs``, ``objective``, ``constraints``, ``seeds``,
+    ``trials``, ``fresh_seeds``, ``study``, ``search_seed``, ``prune``) as objects or as these
+    text forms; a flag replaces the file's entry of the same name (``--knob`` all its knobs).
+    Every trial runs ``--seeds`` (default 0-2) into a store (default ``runs/tune-FILE``),
+    whose ``tuning/`` folder holds the study's journal and outcome (``STUDY.json``), so the
+    same command resumes a search that was stopped, running only what is missing. Prints the
+    trials' counts, the best setting (or the front) with its mean and 95% CI over the seeds
+    and over the fresh seeds, the warnings, and the files; ``simfl report STORE`` draws the
+    search with its runs. A time or energy target of the objective is recorded for ``simfl
+    report`` as ``sweep --target`` records its. Exit status 0, also when no setting met the
+    constraints (the summary says so); 1 if every trial failed; on Ctrl-C (130) or SIGTERM
+    (143) it prints the trials so far and the command that resumes.
 ``simfl report STORE [--out DIR] [--metric NAME] [--target "distance<1e-3"] [--run RUN_ID]``
 ``[--by COLUMN] [--baseline NAME] [--quiet]``
     Write PNG figures and an ``index.html`` that shows them (default ``STORE/report``), with a
     line for each step as it starts (reading the runs, each figure; ``--quiet``: none). Runs
     that cannot be read are left out, one line each. The target is ``--target``, else the one
     ``simfl sweep --target`` recorded in the store (a bad record: one warning line), else one
-    chosen from the runs.
+    chosen from the runs. A store with searches (``simfl tune``) gets a section per search
+    (the best setting, warnings, the trials' history, the knobs' importance, the front) and
+    one series per setting.
 ``simfl show DIR``
     Print the summary of a saved results directory, or of the runs of a store (and a line per
     run that cannot be read).
@@ -57,9 +88,9 @@ traceback. A sweep whose store cannot be written (a full disk, a quota, a read-o
 filesystem) stops its workers, prints what it stored and that one line; the runs it could not
 store are not recorded, so the same command runs them once there is room.
 
-``run`` and ``sweep`` import the scenario file as ``python FILE`` does, with its folder first
-on ``sys.path``, so it can import modules beside it; those modules travel to the workers by
-value, like the file's own classes.
+``run``, ``sweep`` and ``tune`` import the scenario file as ``python FILE`` does, with its
+folder first on ``sys.path``, so it can import modules beside it; those modules travel to the
+workers by value, like the file's own classes.
 """
 
 from __future__ import annotations
@@ -84,6 +115,7 @@ from typing import Any
 
 import cloudpickle
 
+from simfl._checks import check_int
 from simfl.engine import run
 from simfl.report.recorded import RECORD, ReportWarning, parse_target, record_target
 from simfl.results import Results
@@ -542,6 +574,292 @@ def _record_target(store: str | Path, target: tuple[str, str, float] | None) -> 
         )
 
 
+#: The entries a scenario file's ``TUNE`` dict may hold (keyword arguments of ``simfl.tune``).
+TUNE_KEYS = (
+    "knobs",
+    "objective",
+    "constraints",
+    "seeds",
+    "trials",
+    "fresh_seeds",
+    "study",
+    "search_seed",
+    "prune",
+)
+#: Seeds of ``simfl tune`` when neither ``--seeds`` nor the file's ``TUNE`` gives them.
+DEFAULT_TUNE_SEEDS = "0-2"
+
+
+def _tuning() -> Any:
+    """The :mod:`simfl.tuning` package, or a one-line error if Optuna is not installed."""
+    try:
+        import simfl.tuning
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "optuna":
+            raise
+        raise UsageError(
+            "simfl tune needs Optuna, which is not installed: pip install 'simfl[tune]'"
+        ) from None
+    return simfl.tuning
+
+
+def _pick_one(scenarios: dict[str, Scenario], pick: str | None, file: str) -> Scenario:
+    """The scenario ``--pick`` names, or the file's only one (else a usage error)."""
+    if pick is not None:
+        if pick not in scenarios:
+            raise UsageError(f"--pick must be one of {_listing(scenarios)}, got {pick!r}")
+        return scenarios[pick]
+    if len(scenarios) > 1:
+        raise UsageError(
+            f"{file} defines {len(scenarios)} scenarios and simfl tune searches one: choose it "
+            f"with --pick NAME ({_listing(scenarios)})"
+        )
+    return next(iter(scenarios.values()))
+
+
+def _file_tune(module: Any, file: str) -> dict[str, Any]:
+    """The scenario file's ``TUNE`` dict (empty if it defines none), its keys checked."""
+    spec = getattr(module, "TUNE", None)
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise UsageError(f"{file}: TUNE must be a dict of simfl.tune's arguments, got {spec!r}")
+    unknown = [k for k in spec if k not in TUNE_KEYS]
+    if unknown:
+        raise UsageError(
+            f"{file}: TUNE has no entry {unknown[0]!r}; its entries are {', '.join(TUNE_KEYS)}"
+        )
+    return dict(spec)
+
+
+def _file_seeds(value: Any, name: str, file: str) -> list[int]:
+    """Seeds from a ``TUNE`` entry: ``"0-2"`` as ``--seeds`` takes it, or integers."""
+    if isinstance(value, str):
+        return parse_seeds(value)
+    try:
+        return list(value)
+    except TypeError:
+        raise UsageError(
+            f"{file}: TUNE[{name!r}] must be seeds such as range(3), got {value!r}"
+        ) from None
+
+
+def _tune_arguments(args: argparse.Namespace, module: Any) -> dict[str, Any]:
+    """The keyword arguments of ``simfl.tune``: the file's ``TUNE``, replaced by the flags given.
+
+    A ``TUNE`` entry may hold the objects (``tuning.Float(1, 60)``) or the flags' text forms
+    (``"1:60"``, ``"time:distance<=1e-3"``, ``"round_time<=60"``).
+    """
+    from simfl.tuning import parse
+
+    file = str(args.scenario)
+    spec = _file_tune(module, file)
+    names = vars(module)
+    where = f"{file}: TUNE"
+    out: dict[str, Any] = {}
+    if args.knob:
+        out["knobs"] = parse.parse_knobs(args.knob, names)
+    elif "knobs" in spec:
+        knobs = spec["knobs"]
+        if not isinstance(knobs, dict) or not knobs:
+            raise UsageError(f"{where}['knobs'] must be a dict {{path: knob}}, got {knobs!r}")
+        out["knobs"] = {
+            str(p): parse.parse_knob(f"{p}={k}", names, option=f"{where}['knobs']")[1]
+            if isinstance(k, str)
+            else k
+            for p, k in knobs.items()
+        }
+    objective = args.objective
+    if objective:
+        if len(objective) > 2:
+            raise UsageError(
+                f"--objective is given {len(objective)} times; give one measure, or two for a "
+                f"Pareto front"
+            )
+        found = [parse.parse_measure(text) for text in objective]
+        out["objective"] = found[0] if len(found) == 1 else found
+    elif "objective" in spec:
+        given = spec["objective"]
+        items = given if isinstance(given, (list, tuple)) else [given]
+        found = [
+            parse.parse_measure(m, option=f"{where}['objective']") if isinstance(m, str) else m
+            for m in items
+        ]
+        out["objective"] = found[0] if not isinstance(given, (list, tuple)) else found
+    if args.constraint is not None:
+        out["constraints"] = [parse.parse_constraint(text) for text in args.constraint]
+    elif "constraints" in spec:
+        given = spec["constraints"]
+        if not isinstance(given, (list, tuple)):
+            raise UsageError(f"{where}['constraints'] must be a list, got {given!r}")
+        out["constraints"] = [
+            parse.parse_constraint(c, option=f"{where}['constraints']") if isinstance(c, str) else c
+            for c in given
+        ]
+    missing = [k for k in ("knobs", "objective") if k not in out]
+    if missing:
+        raise UsageError(
+            f"simfl tune needs {' and '.join(missing)}: give "
+            + " and ".join(
+                "--knob PATH=SPEC" if k == "knobs" else "--objective MEASURE" for k in missing
+            )
+            + f", or define TUNE = {{'knobs': {{...}}, 'objective': ...}} in {file}"
+        )
+    if args.seeds is not None:
+        out["seeds"] = parse_seeds(args.seeds)
+    elif "seeds" in spec:
+        out["seeds"] = _file_seeds(spec["seeds"], "seeds", file)
+    else:
+        out["seeds"] = parse_seeds(DEFAULT_TUNE_SEEDS)
+    if args.no_fresh:
+        out["fresh_seeds"] = ()
+    elif args.fresh_seeds is not None:
+        out["fresh_seeds"] = parse_seeds(args.fresh_seeds)
+    elif spec.get("fresh_seeds") is not None:
+        out["fresh_seeds"] = _file_seeds(spec["fresh_seeds"], "fresh_seeds", file)
+    for key, flag in (("trials", "trials"), ("study", "study"), ("search_seed", "search_seed")):
+        value = getattr(args, flag)
+        if value is not None:
+            out[key] = value
+        elif key in spec:
+            out[key] = spec[key]
+    out["prune"] = False if args.no_prune else spec.get("prune", True)
+    return out
+
+
+def _check_search(
+    base: Scenario, kwargs: dict[str, Any], tuning: Any, args: argparse.Namespace
+) -> None:
+    """Refuse knobs, objectives, constraints and seeds the search cannot take, before output.
+
+    :func:`simfl.tune` checks them too; here they are refused before the line that says what
+    will run.
+    """
+    from simfl.tuning import space
+
+    if "trials" in kwargs:
+        name = "--trials" if args.trials is not None else f"{args.scenario}: TUNE['trials']"
+        check_int(name, kwargs["trials"], low=1, high=100_000)
+    common = sorted(set(kwargs.get("fresh_seeds") or ()) & set(kwargs["seeds"]))
+    if common:
+        raise UsageError(
+            f"--fresh-seeds must be seeds the search never saw; {ranges_text(common)} "
+            f"{'is' if len(common) == 1 else 'are'} also in --seeds"
+        )
+    space.check_knobs(base, kwargs["knobs"])
+    objective = kwargs["objective"]
+    for m in objective if isinstance(objective, list) else [objective]:
+        if not isinstance(m, tuning.Measure):
+            raise UsageError(f"the objective must be a tuning measure, got {m!r}")
+        m.check(base)
+    for c in kwargs.get("constraints", ()):
+        if not isinstance(c, tuning.Constraint):
+            raise UsageError(f"constraints must be tuning.Constraint objects, got {c!r}")
+        c.measure.check(base)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    tuning = _tuning()
+    from simfl.sweeps.executors import make_executor
+    from simfl.tuning.search import STUDY_DIR
+
+    module = _load(args.scenario)
+    base = _pick_one(_scenarios(module, Path(args.scenario)), args.pick, args.scenario)
+    kwargs = _tune_arguments(args, module)
+    _check_search(base, kwargs, tuning, args)
+    store = Path(args.store) if args.store else Path("runs") / f"tune-{Path(args.scenario).stem}"
+    if args.scheduler and args.executor in (None, "dask"):
+        _check_scheduler(args.scheduler)
+    executor = make_executor(
+        args.executor, workers=args.workers, scheduler=args.scheduler, threads=args.threads
+    )
+    study = kwargs.get("study") or base.name
+    trials = kwargs.get("trials", 30)
+    print(
+        f"tune {study}: {trials} trials x {len(kwargs['seeds'])} seeds, "
+        f"{len(kwargs['knobs'])} knob{'s' * (len(kwargs['knobs']) > 1)} -> {store}/",
+        flush=True,
+    )
+    signals: list[int] = []
+    try:
+        with _sigterm_interrupts(signals):
+            outcome = tuning.tune(
+                base, **kwargs, store=store, executor=executor, progress=not args.quiet
+            )
+    except KeyboardInterrupt as exc:
+        _record_target(store, _objective_target(kwargs["objective"], tuning))
+        return _tune_stopped(exc, bool(signals), args, store)
+    except StoreWriteError as exc:
+        print(
+            f"error: {exc}; the search stopped and the runs it could not store are not "
+            f"recorded: make room and run `{_tune_command(args, store)}` to resume it",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        executor.close()
+    _record_target(store, _objective_target(kwargs["objective"], tuning))
+    print(outcome.summary())
+    folder = store / STUDY_DIR
+    print(
+        f"study      {folder / (outcome.study + '.json')} (trials, best, warnings); the "
+        f"journal {outcome.study}.journal resumes the search"
+    )
+    print(
+        f"figures    simfl report {shlex.quote(str(store))}  (the search's history, the knobs' "
+        f"importance, the front, and the runs)"
+    )
+    states = outcome.trials["state"] if len(outcome.trials) else []
+    return 1 if len(states) and all(s == "failed" for s in states) else 0
+
+
+def _objective_target(objective: Any, tuning: Any) -> tuple[str, str, float] | None:
+    """The target of the (first) objective, for ``simfl report``; ``None`` if it has none."""
+    first = objective[0] if isinstance(objective, list) else objective
+    if not isinstance(first, (tuning.TimeToTarget, tuning.EnergyToTarget)):
+        return None
+    if first.below is not None:
+        return (first.metric, "below", float(first.below))
+    return (first.metric, "above", float(first.above))
+
+
+def _tune_command(args: argparse.Namespace, store: str | Path) -> str:
+    """The ``simfl tune`` command line that resumes this search."""
+    words = ["simfl", "tune", str(args.scenario)]
+    words += ["--pick", args.pick] if args.pick is not None else []
+    for flag in ("knob", "objective", "constraint"):
+        for text in getattr(args, flag) or []:
+            words += [f"--{flag}", text]
+    for flag in ("seeds", "trials", "fresh_seeds"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    words += ["--no-fresh"] if args.no_fresh else []
+    words += ["--store", str(store)]
+    for flag in ("study", "search_seed", "executor", "scheduler", "workers", "threads"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    words += ["--no-prune"] if args.no_prune else []
+    return shlex.join(words)
+
+
+def _tune_stopped(
+    exc: KeyboardInterrupt, terminated: bool, args: argparse.Namespace, store: str | Path
+) -> int:
+    """Say what an interrupted search did and how to resume it; its exit status (130 or 143)."""
+    from simfl.tuning import TuneInterrupted
+
+    if isinstance(exc, TuneInterrupted):
+        print(exc.outcome.summary(), flush=True)
+    why = "terminated (SIGTERM)" if terminated else "interrupted"
+    print(
+        f"{why}: the search stopped; its finished trials are in {store}/tuning/ and their runs "
+        f"in {store}/. Run the same command to resume (the trial that was running runs again, "
+        f"finding its finished runs stored):\n  {_tune_command(args, store)}",
+        file=sys.stderr,
+    )
+    return 128 + signal.SIGTERM if terminated else 130
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from simfl.report import write_report
 
@@ -645,7 +963,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``simfl`` command (run, sweep, report, show, store check)."""
+    """The argument parser of the ``simfl`` command (run, sweep, tune, report, show, store)."""
     parser = argparse.ArgumentParser(prog="simfl", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a scenario file and save its results")
@@ -710,6 +1028,83 @@ def parser() -> argparse.ArgumentParser:
     )
     p_sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     p_sweep.set_defaults(func=_cmd_sweep)
+    p_tune = sub.add_parser(
+        "tune", help="search a scenario's knobs for the best setting (Optuna), resumably"
+    )
+    p_tune.add_argument("scenario", help="Python file defining SCENARIO, SCENARIOS or CASES")
+    p_tune.add_argument(
+        "--pick", default=None, help="which of the file's scenarios to search (as for run)"
+    )
+    p_tune.add_argument(
+        "--knob",
+        action="append",
+        default=None,
+        metavar="PATH=SPEC",
+        help="a knob, e.g. policy.seconds=1:60 (real), policy.seconds=1:60:log, "
+        "policy.count=5..50 (integer), policy.count=5..50:5, policy.partial=False,True "
+        "(choice), fleet=@FLEETS (a dict of the file); repeat for more knobs",
+    )
+    p_tune.add_argument(
+        "--objective",
+        action="append",
+        default=None,
+        metavar="MEASURE",
+        help="what to optimise: time:METRIC<=X, time:METRIC>=X, energy:METRIC<=X, "
+        "updates_per_hour, final:METRIC, round_time[:Q], jain[:groups|:devices], "
+        "share:GROUP, sim_time; twice for a Pareto front",
+    )
+    p_tune.add_argument(
+        "--constraint",
+        action="append",
+        default=None,
+        metavar="MEASURE<=X",
+        help="a bound the setting must meet, e.g. round_time:0.95<=60, jain>=0.8, "
+        "share:slow>=0.1, sim_time<=3600; repeat for more",
+    )
+    p_tune.add_argument(
+        "--seeds", default=None, help="seeds every trial runs, e.g. 0-2 (default 0-2)"
+    )
+    p_tune.add_argument("--trials", type=int, default=None, help="trials to finish (default 30)")
+    fresh = p_tune.add_mutually_exclusive_group()
+    fresh.add_argument(
+        "--fresh-seeds",
+        default=None,
+        help="seeds the search never saw, on which the best setting runs again (default: as "
+        "many as --seeds, after them)",
+    )
+    fresh.add_argument(
+        "--no-fresh", action="store_true", help="do not run the best setting on fresh seeds"
+    )
+    p_tune.add_argument("--store", default=None, help="results store (default runs/tune-FILE)")
+    p_tune.add_argument(
+        "--study", default=None, help="the search's name in the store (default: the scenario's)"
+    )
+    p_tune.add_argument(
+        "--search-seed", type=int, default=None, help="seed of the sampler (default 0)"
+    )
+    p_tune.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="run every seed of every trial (default: stop trials that cannot win)",
+    )
+    p_tune.add_argument(
+        "--executor",
+        default=None,
+        choices=EXECUTORS,
+        help="where runs execute (default: processes, or dask with --scheduler)",
+    )
+    p_tune.add_argument(
+        "--scheduler", default=None, help="running Dask scheduler, e.g. tcp://host:8786"
+    )
+    p_tune.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local processes or local Dask workers (a trial runs that many seeds at once)",
+    )
+    p_tune.add_argument("--threads", type=int, default=None, help="compute threads of each worker")
+    p_tune.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_tune.set_defaults(func=_cmd_tune)
     p_report = sub.add_parser("report", help="figures and index.html from a results store")
     p_report.add_argument("store", help="results store written by simfl sweep")
     p_report.add_argument("--out", default=None, help="report folder (default STORE/report)")

@@ -16,7 +16,11 @@ settings:
 * ``gantt.png``: the device jobs of one run, coloured by status: the devices with late or
   dropped jobs, then the slowest others;
 * ``utilisation.png``: the fraction of simulated time each device spent in a job, per panel;
-* ``staleness.png``: the staleness of the applied updates (0 for synchronous policies).
+* ``staleness.png``: the staleness of the applied updates (0 for synchronous policies);
+* for a store that holds searches (``simfl tune``; :mod:`simfl.report.searches`), a section
+  per search first: the best setting over the search's seeds and fresh seeds, its
+  constraints, the warnings, ``search-N-history.png``, ``search-N-importance.png`` and (two
+  objectives) ``search-N-front.png``; the runs then form one series per setting.
 
 A target never reached reads the same everywhere: time ``inf`` for the seeds that miss it, no
 speedup (NaN, never 0x) where a seed of the series or of the baseline misses it, and "not

@@ -133,7 +133,8 @@ def choose(
     ValueError
         If the store has no finished runs, or an option names something it does not hold.
     """
-    runs = store.runs()
+    records = {r["run_id"]: r for r in store.records()}
+    runs = _missing_as_text(store.runs(), records)
     done = runs[runs["status"] == "done"]
     if done.empty:
         raise ValueError(f"{store.path} has no finished runs to report")
@@ -142,7 +143,6 @@ def choose(
     panels = _panels(labels, by)
     columns = list(dict.fromkeys(["run_id", "n_devices", "policy_name", by, *panels]))
     frame = _with_labels(store.rounds(), labels[columns])
-    records = {r["run_id"]: r for r in store.records()}
     first = records[str(done["run_id"].iloc[0])]
     from_record = False
     if target is None and recorded is not None and metric in (None, recorded[0]):
@@ -216,6 +216,33 @@ def _newest_versions(done: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         newest=[version_of(f) for f in key[~shown].map(newest)],
     )
     return done[shown], older
+
+
+#: How a grid label reads for a run that does not have it (its sweep had no such axis).
+_ABSENT = "-"
+
+
+def _missing_as_text(runs: pd.DataFrame, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """``runs`` with every grid label that is ``None`` or absent for some run as text.
+
+    pandas leaves missing values out of groups and counts, so a label ``None`` (a knob
+    ``Choice([None, 5])``, a grid over ``count=[None, 5]``) would vanish from the series and
+    panels, and the other values of its column would read as reals (``5.0``). Such a column
+    takes each run's recorded label as text instead: ``None``, ``5``, or ``-`` for a run
+    without that label.
+    """
+    fixed = list(runs.columns[: list(runs.columns).index("status")])
+    out = runs.copy()
+    for column in fixed:
+        if column in ("run_id", "label", "seed") or not runs[column].isna().any():
+            continue
+        labels = [(records.get(str(r)) or {}).get("labels") or {} for r in runs["run_id"]]
+        out[column] = pd.Series(
+            [str(one[column]) if column in one else _ABSENT for one in labels],
+            index=runs.index,
+            dtype=object,
+        )
+    return out
 
 
 def _with_labels(rows: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """The report's ``index.html``: the figures with their captions, the tables and the runs.
 
 :func:`write_report` chooses what to show (:mod:`simfl.report.choose`), draws the figures
-(:mod:`simfl.report.figures`) and writes the page that shows them.
+(:mod:`simfl.report.figures`, and :mod:`simfl.report.searches` for the store's searches) and
+writes the page that shows them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from simfl.report import figures
 from simfl.report.choose import Choice, Target, choose, speedups, target_table, version_of
 from simfl.report.groups import GroupTables, group_tables, groups_figure
 from simfl.report.recorded import ReportWarning, recorded_target
+from simfl.report.searches import search_files, search_sections
 from simfl.sweeps.store import BadRun, Store
 
 __all__ = ["write_report"]
@@ -132,7 +134,9 @@ def write_report(
         the smallest fleet size, the one whose first rounds show the most job statuses).
     by
         The column naming the compared series (default: guessed, see
-        :mod:`simfl.report.choose`).
+        :mod:`simfl.report.choose`; for a store holding searches, ``label``: one series per
+        setting, named by its knobs' values, since a search's knobs take a new value in
+        almost every trial).
     baseline
         The series speedups are relative to (default: the first).
     progress
@@ -156,6 +160,8 @@ def write_report(
     recorded, problem = (None, None) if target is not None else recorded_target(store.path)
     if problem is not None:
         warnings.warn(ReportWarning(f"{problem}; the report chooses its own target"), stacklevel=2)
+    if by is None and search_files(store.path):
+        by = "label"  # a search's runs: one series per setting (its name lists its knobs)
     chosen = choose(
         store,
         metric=metric,
@@ -169,9 +175,12 @@ def write_report(
     # labels are text from the store: never TeX (a "$" in a label would fail or turn to math)
     with matplotlib.rc_context({"text.parse_math": False}):
         shown, table, sections = _draw(store, chosen, folder, say)
+        searches = search_sections(store.path, folder, text=_text, table=_html_table, say=say)
     say("writing time_to_target.csv and index.html")
     index = folder / "index.html"
-    lines = _page(store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen))
+    lines = _page(
+        store, chosen, table, shown, bad, sections, _mostly_empty(store, chosen), searches
+    )
     index.write_text("\n".join(lines) + "\n")
     return index
 
@@ -426,12 +435,14 @@ def _page(
     bad: list[BadRun],
     sections: list[str],
     empty: pd.DataFrame,
+    searches: list[str],
 ) -> list[str]:
     """The lines of ``index.html``.
 
     ``bad``: the runs left out because they cannot be read; ``sections``: the lines on who
     took part and on energy, shown after the time-to-target table; ``empty``: the runs whose
-    rounds were mostly empty, flagged above it.
+    rounds were mostly empty, flagged above it; ``searches``: the section on the store's
+    searches (:mod:`simfl.report.searches`), shown first.
     """
     by, sizes = chosen.by, chosen.sizes
     failed = chosen.runs[chosen.runs["status"] == "failed"]
@@ -455,6 +466,7 @@ def _page(
         + f", {chosen.seeds_text}; one panel and one table row per "
         f"{_text(chosen.panels_text)}. Target: "
         f"<b>{tgt}</b> ({_text(chosen.target_note)}).</p>",
+        *searches,
         f"<h2>Time to {tgt}</h2><p>Simulated seconds: mean over seeds with a "
         f"bootstrap 95% CI of the mean, median, mean rounds to reach it, mean final value; "
         f"speedup over {_text(repr(chosen.baseline))} (also in "

@@ -138,8 +138,7 @@ class _Runner:
     base: Scenario
     knobs: Mapping[str, Knob]
     store: Store | None
-    executor: Executor
-    threads: int | None
+    executor: Executor  # made with the search's workers and threads
     batch: int
     results: dict[str, Results] = dataclasses.field(default_factory=dict)
     ran: int = 0
@@ -161,7 +160,6 @@ class _Runner:
             store=self.store,
             executor=self.executor,
             progress=False,
-            threads=self.threads,
         )
         self.ran += len(out.ran)
         self.reused += len(out.skipped)
@@ -502,7 +500,6 @@ def tune(
             knobs,
             disk,
             runner_exec,
-            threads,
             batch=max(1, getattr(runner_exec, "workers", None) or 1),
         )
         dists = {p: distribution(k) for p, k in knobs.items()}
