@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("optuna")
 
-import simfl  # noqa: E402
-from simfl import (  # noqa: E402
+import simfl
+from simfl import (
     Fleet,
     Profile,
     Scenario,
@@ -30,8 +30,8 @@ from simfl import (  # noqa: E402
     tasks,
     tuning,
 )
-from simfl.fleet import Availability  # noqa: E402
-from simfl.tuning import search  # noqa: E402
+from simfl.fleet import Availability
+from simfl.tuning import search
 
 TARGET = tuning.TimeToTarget("distance", below=1e-3)
 
@@ -100,7 +100,9 @@ def test_search_finds_the_grids_best_with_a_quarter_of_its_runs() -> None:
     deadlines = np.geomspace(0.6, 24.0, 24)
     grid = np.array(
         [
-            _mean_time(dataclasses.replace(base, policy=policies.Deadline(float(d), count=10)), seeds)
+            _mean_time(
+                dataclasses.replace(base, policy=policies.Deadline(float(d), count=10)), seeds
+            )
             for d in deadlines
         ]
     )
