@@ -388,3 +388,48 @@ def test_asynchronous_knobs_are_searched_too() -> None:
         progress=False,
     )
     assert len(out.trials) == 5 and out.best
+
+
+def test_a_search_killed_by_sigkill_resumes_to_the_same_trials(tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    script = tmp_path / "search.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(os.path.dirname(__file__))!r})\n"
+        "from test_tuning import _small\n"
+        f"_small(trials=8, store={str(tmp_path / 'cut')!r})\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)])
+    journal = tmp_path / "cut" / "tuning" / "deadline.journal"
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if journal.exists():
+                storage = optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+                names = [s.study_name for s in storage.get_all_studies()]
+                trials = (
+                    storage.get_all_trials(storage.get_study_id_from_name(names[0]))
+                    if names
+                    else []
+                )
+                if sum(t.state.is_finished() for t in trials) >= 2:
+                    break
+            time.sleep(0.05)
+        killed = proc.poll() is None
+        if killed:
+            os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    resumed = _small(trials=8, store=tmp_path / "cut")
+    whole = _small(trials=8, store=tmp_path / "whole")
+    cols = [c for c in whole.trials.columns if c != "trial"]
+    assert resumed.trials[cols].reset_index(drop=True).equals(whole.trials[cols])
+    assert killed, "the search finished before it could be killed: nothing was tested"
