@@ -10,10 +10,10 @@ job), four simulated hours per run (``max_time``).
 
 The question: which ``Deadline(seconds, count=...)`` gives the most arrived updates per
 simulated hour while 95% of rounds last at most 60 s? Knobs ``policy.count`` in 2..40 and
-``policy.seconds`` in whole seconds 10..300 (log scale); objective
-:class:`~simfl.tuning.UpdatesPerHour`, constraint ``RoundTime(0.95) <= 60``. At most 21 of the
-40 clients are online at once in those four hours, so every cohort size above that selects
-the same devices: the search warns that those values gave identical runs.
+``policy.seconds`` in 10..300 s (log scale); objective :class:`~simfl.tuning.UpdatesPerHour`,
+constraint ``RoundTime(0.95) <= 60``. At most 21 of the 40 clients are online at once in those
+four hours, so every cohort size above that selects the same devices: the search warns that
+the cohort is capped.
 
 Writes ``analysis/results/tune_capacity.json`` (a ``--quick`` run writes beside its figure in
 ``--out`` instead); ``analysis/tune_docs.py`` renders the numbers of ``docs/policy-search.md``
@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser
-from _tune_common import fingerprint_runs_by_value, write
+from _tune_common import write
 
 import simfl
 from simfl import Fleet, Scenario, algorithms, dists, policies, tuning
@@ -46,7 +46,7 @@ from simfl.fleet import Availability, fleet_from_fedscale, sample_trace
 HORIZON = 4 * 3600.0
 KNOBS: dict[str, tuning.Knob] = {
     "policy.count": tuning.Int(2, 40),
-    "policy.seconds": tuning.Int(10, 300, log=True),
+    "policy.seconds": tuning.Float(10.0, 300.0, log=True),
 }
 OBJECTIVE = tuning.UpdatesPerHour()
 CONSTRAINT = tuning.Constraint(tuning.RoundTime(0.95), at_most=60.0)
@@ -102,7 +102,6 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--store", default=None, help="results store (default: a temporary one)")
     args = p.parse_args()
-    patched = fingerprint_runs_by_value()
     size = QUICK if args.quick else {"seeds": SEEDS, "trials": TRIALS, "horizon": HORIZON}
     scenario = base(size["horizon"])
     assert scenario.fleet.availability is not None
@@ -140,6 +139,7 @@ def main() -> None:
             "constraint_fresh": float(ev.fresh_constraints[cname]["value"]),
             "constraint_fresh_met": bool(ev.fresh_constraints[cname]["met"]),
         }
+    complete = trials[trials["state"] == "complete"]
     feasible = trials[trials["feasible"]].sort_values(name, ascending=False)
     numbers = {
         "scenario": (
@@ -157,8 +157,11 @@ def main() -> None:
         "seeds": list(out.seeds),
         "fresh_seeds": list(out.fresh_seeds),
         "trials": len(trials),
+        "complete": len(complete),
+        "pruned": int((trials["state"] == "pruned").sum()),
         "feasible_trials": len(feasible),
-        "infeasible_trials": int((~trials["feasible"]).sum()),
+        "infeasible_trials": int((complete[cname] > CONSTRAINT.at_most).sum()),
+        "used": out.used,
         "runs": out.runs,
         "fresh_runs": len(out.fresh_seeds) * len(out.best),
         "best": best,
@@ -179,6 +182,8 @@ def main() -> None:
                 "seconds": float(t["policy.seconds"]),
                 "value": float(t[name]),
                 "round_time": float(t[cname]),
+                "state": t["state"],
+                "seeds_run": int(t["seeds_run"]),
                 "feasible": bool(t["feasible"]),
             }
             for _, t in trials.iterrows()
@@ -186,7 +191,6 @@ def main() -> None:
         "warnings": list(out.warnings),
         "summary": out.summary().replace(str(store), "<store>"),
         "wall_seconds": wall,
-        "digest_workaround": patched,
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
         "versions": {"simfl": simfl_version(), "optuna": __import__("optuna").__version__},
     }

@@ -54,29 +54,34 @@ def capacity_block(data: dict[str, Any]) -> str:
         n["summary"],
         "```",
         "",
-        f"{n['trials']} trials on seeds {_seeds(n['seeds'])}: {n['runs']} runs, the last "
-        f"{n['fresh_runs']} of them the best setting on fresh seeds {_seeds(n['fresh_seeds'])} "
-        f"({n['wall_seconds']:.0f} s on {n['machine']}). {n['feasible_trials']} trials met the "
-        f"constraint and {n['infeasible_trials']} did not. The best, trial {b['trial']}: "
-        f"**`count={b['count']}`, `seconds={b['seconds']:g}`**, {_ci(b['search'])} updates per "
-        f"hour over the search's seeds and {_ci(b['fresh'])} on the fresh seeds, where 95% of "
-        f"rounds lasted at most {b['constraint_fresh']:g} s (constraint "
-        f"{'met' if b['constraint_fresh_met'] else 'NOT met'}). The five best feasible trials:",
+        f"{n['trials']} trials on seeds {_seeds(n['seeds'])}, {n['complete']} complete and "
+        f"{n['pruned']} pruned, used {n['used']} runs; the best setting ran "
+        f"{n['fresh_runs']} more on fresh seeds {_seeds(n['fresh_seeds'])} ({n['runs']} runs, "
+        f"{n['wall_seconds']:.0f} s on {n['machine']}). Of the complete trials, "
+        f"{n['feasible_trials']} met the constraint and {n['infeasible_trials']} did not. The "
+        f"best, trial {b['trial']}: **`count={b['count']}`, `seconds={b['seconds']:.1f}`**, "
+        f"{_ci(b['search'])} updates per hour over the search's seeds and {_ci(b['fresh'])} on "
+        f"the fresh seeds, where 95% of rounds lasted at most {b['constraint_fresh']:.1f} s "
+        f"(constraint {'met' if b['constraint_fresh_met'] else 'NOT met'}). The five best "
+        f"feasible trials:",
         "",
         "| trial | `policy.count` | `policy.seconds` | updates per hour | 95% of rounds within |",
         "|---|---|---|---|---|",
     ]
     for t in n["top"]:
         lines.append(
-            f"| {t['trial']} | {t['count']} | {t['seconds']:g} | {t['value']:.1f} | "
-            f"{t['round_time']:g} s |"
+            f"| {t['trial']} | {t['count']} | {t['seconds']:.1f} | {t['value']:.1f} | "
+            f"{t['round_time']:.1f} s |"
         )
-    over = max((t for t in n["trials_table"] if not t["feasible"]), key=lambda t: t["value"])
+    over = max(
+        (t for t in n["trials_table"] if t["state"] == "complete" and not t["feasible"]),
+        key=lambda t: t["value"],
+    )
     lines += [
         "",
-        f"The best trial that broke the constraint, trial {over['trial']}, reached "
-        f"{over['value']:.1f} updates per hour with a {over['seconds']:g} s deadline (95% of "
-        f"rounds within {over['round_time']:g} s). At most {n['most_online']} of the "
+        f"The best complete trial that broke the constraint, trial {over['trial']}, reached "
+        f"{over['value']:.1f} updates per hour with a {over['seconds']:.1f} s deadline (95% of "
+        f"rounds within {over['round_time']:.1f} s). At most {n['most_online']} of the "
         f"{n['devices']} clients are online at any moment of the {_hours(n)} simulated, and no "
         f"round of any run selected more than {n['largest_cohort']} devices.",
     ]
@@ -87,38 +92,88 @@ def _hours(n: dict[str, Any]) -> str:
     return f"{n['hours']:g} hour" + ("" if n["hours"] == 1 else "s")
 
 
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else "".join(items)
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.3f} s"
+
+
 def deadline_block(data: dict[str, Any]) -> str:
-    """The grid-against-search example: both bests, their runs, the ratio, the fresh CI."""
+    """The grid-against-search example: both bests, their runs, the ratio, the search seeds."""
     n = data["numbers"]
     g, s = n["grid"], n["search"]
     never = g["never_reached"]
-    missed = (
+    missed_grid = (
         f"Every grid deadline up to {max(never):.2f} s missed the target on at least one seed "
         f"({len(never)} of {g['points']} points: time to target infinite), and "
         if never
         else "No grid deadline missed the target; "
     )
+    missed = [
+        t for t in s["trials_table"] if t["state"] == "complete" and t["reached"] < t["seeds_run"]
+    ]
+    many = len(missed) > 1
+    where = (
+        "on the first seed they ran, and stopped there"
+        if all(t["seeds_run"] == 1 for t in missed)
+        else f"and stopped at the seed that missed ({sum(t['seeds_run'] for t in missed)} runs)"
+    )
+    stopped = (
+        f" Trial{'s' * many} {_and([str(t['trial']) for t in missed])} (deadline{'s' * many} "
+        f"{_and([_s(t['seconds']) for t in missed])}) missed the target {where}."
+        if missed
+        else ""
+    )
+    near = 100 * n["near"]
     lines = [
         "| | runs | best deadline | time to target, search seeds | on fresh seeds |",
         "|---|---|---|---|---|",
         f"| grid: {g['points']} deadlines, log-spaced | {g['runs']} | {g['best_seconds']:.3f} s "
         f"| {g['best_value']:.1f} s | |",
-        f"| search: {s['trials']} trials ({s['complete']} complete, {s['pruned']} pruned) | "
-        f"{s['runs']} (+{s['fresh_runs']} on fresh seeds) | {s['best_seconds']:.3f} s | "
-        f"{s['best_value']:.1f} s | {_ci(s['fresh'])} s |",
+        f"| search: at most {s['max_runs']} runs; {s['trials']} trials ({s['complete']} "
+        f"complete, {s['pruned']} pruned) | {s['used']} (+{s['fresh_runs']} on fresh seeds) | "
+        f"{s['best_seconds']:.3f} s | {s['best_value']:.1f} s | {_ci(s['fresh'])} s |",
         "",
         f"Seeds {_seeds(n['seeds'])} for both, fresh seeds {_seeds(n['fresh_seeds'])}. The "
         f"search's best is **{n['ratio']:.3f}x** the grid's best time to target, for "
-        f"**{100 * n['runs_fraction']:.0f}%** of the grid's runs ({s['runs']} of {g['runs']}; "
-        f"{s['runs'] + s['fresh_runs']} with the fresh seeds). "
+        f"**{100 * n['runs_fraction']:.0f}%** of the grid's runs ({s['used']} of {g['runs']}; "
+        f"{s['used'] + s['fresh_runs']} with the fresh seeds). "
         f"{100 * g['near_fraction']:.0f}% of the grid (of the range, on its log scale) is "
-        f"within 5% of the grid's best. {missed}above the best the time grows to "
-        f"{g['rows'][-1]['value']:.0f} s at {g['rows'][-1]['seconds']:g} s. The grid took "
-        f"{g['wall_seconds']:.0f} s (several processes), the search {s['wall_seconds']:.0f} s "
-        f"(one), on {n['machine']}.",
+        f"within {near:.0f}% of the grid's best.{stopped} {missed_grid}above the best the time "
+        f"grows to {g['rows'][-1]['value']:.0f} s at {g['rows'][-1]['seconds']:g} s. The grid "
+        f"took {g['wall_seconds']:.0f} s (several processes), the search "
+        f"{s['wall_seconds']:.0f} s (one), on {n['machine']}.",
     ]
     if s["warnings"]:
         lines += ["", "```text", *(f"warning    {w}" for w in s["warnings"]), "```"]
+    runs = n["search_seeds"]
+    lines += [
+        "",
+        f"The same search with search seeds {_seeds([r['search_seed'] for r in runs])} (the "
+        f"same grid, seeds and budget):",
+        "",
+        "| search seed | trials (complete, pruned) | runs used | best deadline | time to target "
+        "| of the grid's best |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        found = r["best_seconds"] is not None
+        best = (
+            f"{_s(r['best_seconds'])} | {r['best_value']:.1f} s | {r['ratio']:.3f}x"
+            if found
+            else "none | not reached | "
+        )
+        lines.append(
+            f"| {r['search_seed']} | {r['trials']} ({r['complete']}, {r['pruned']}) | "
+            f"{r['used']} | {best} |"
+        )
+    lines += [
+        "",
+        f"The goal, within {near:.0f}% of the grid's best for at most a quarter of its runs, "
+        f"was met with **{n['goal_met']} of {len(runs)}** search seeds.",
+    ]
     return "\n".join(lines)
 
 
