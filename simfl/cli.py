@@ -30,6 +30,7 @@
     the command that resumes.
 ``simfl tune SCENARIO.py [--pick NAME] [--knob PATH=SPEC ...] [--objective MEASURE]``
 ``[--objective MEASURE] [--constraint "MEASURE<=X" ...] [--seeds 0-2] [--trials N]``
+``[--max-runs N]``
 ``[--fresh-seeds 100-102 | --no-fresh] [--store DIR] [--study NAME] [--search-seed N]``
 ``[--no-prune] [--executor processes|dask|inline] [--scheduler ADDR] [--workers N]``
 ``[--threads N] [--quiet]``
@@ -46,7 +47,8 @@
     measure, ``<=`` or ``>=`` and a number (the last comparison is the bound:
     ``round_time:0.95<=60``, ``time:accuracy>=0.8<=500``). The file may define ``TUNE``, a
     dict of ``simfl.tune``'s arguments (``knobs``, ``objective``, ``constraints``, ``seeds``,
-    ``trials``, ``fresh_seeds``, ``study``, ``search_seed``, ``prune``) as objects or as these
+    ``trials``, ``max_runs``, ``fresh_seeds``, ``study``, ``search_seed``, ``prune``) as
+    objects or as these
     text forms; a flag replaces the file's entry of the same name (``--knob`` all its knobs).
     Every trial runs ``--seeds`` (default 0-2) into a store (default ``runs/tune-FILE``),
     whose ``tuning/`` folder holds the study's journal and outcome (``STUDY.json``), so the
@@ -581,6 +583,7 @@ TUNE_KEYS = (
     "constraints",
     "seeds",
     "trials",
+    "max_runs",
     "fresh_seeds",
     "study",
     "search_seed",
@@ -717,7 +720,12 @@ def _tune_arguments(args: argparse.Namespace, module: Any) -> dict[str, Any]:
         out["fresh_seeds"] = parse_seeds(args.fresh_seeds)
     elif spec.get("fresh_seeds") is not None:
         out["fresh_seeds"] = _file_seeds(spec["fresh_seeds"], "fresh_seeds", file)
-    for key, flag in (("trials", "trials"), ("study", "study"), ("search_seed", "search_seed")):
+    for key, flag in (
+        ("trials", "trials"),
+        ("max_runs", "max_runs"),
+        ("study", "study"),
+        ("search_seed", "search_seed"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             out[key] = value
@@ -830,7 +838,7 @@ def _tune_command(args: argparse.Namespace, store: str | Path) -> str:
     for flag in ("knob", "objective", "constraint"):
         for text in getattr(args, flag) or []:
             words += [f"--{flag}", text]
-    for flag in ("seeds", "trials", "fresh_seeds"):
+    for flag in ("seeds", "trials", "max_runs", "fresh_seeds"):
         if getattr(args, flag) is not None:
             words += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     words += ["--no-fresh"] if args.no_fresh else []
@@ -1065,6 +1073,12 @@ def parser() -> argparse.ArgumentParser:
         "--seeds", default=None, help="seeds every trial runs, e.g. 0-2 (default 0-2)"
     )
     p_tune.add_argument("--trials", type=int, default=None, help="trials to finish (default 30)")
+    p_tune.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        help="a budget of runs: no trial starts unless its seeds fit (default: none)",
+    )
     fresh = p_tune.add_mutually_exclusive_group()
     fresh.add_argument(
         "--fresh-seeds",

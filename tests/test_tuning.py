@@ -75,14 +75,13 @@ def timing_base(**changes: object) -> Scenario:
 
 
 def _mean_time(scenario: Scenario, seeds: range) -> float:
-    times = [
-        compare.time_to_target(
-            simfl.run(dataclasses.replace(scenario, seed=s), progress=False),
-            "distance",
-            below=1e-3,
-        )
-        for s in seeds
-    ]
+    """Mean time to target over ``seeds`` (``inf`` at the first seed that misses it)."""
+    times = []
+    for s in seeds:
+        res = simfl.run(dataclasses.replace(scenario, seed=s), progress=False)
+        times.append(compare.time_to_target(res, "distance", below=1e-3))
+        if math.isinf(times[-1]):
+            return math.inf
     return float(np.mean(times))
 
 
@@ -127,11 +126,11 @@ def test_search_finds_the_grids_best_with_a_quarter_of_its_runs() -> None:
         assert out.used <= budget and out.runs <= budget, (out.used, out.runs)
         (found,) = out.best
         assert found.values[0] <= 1.05 * best, (search_seed, found.values[0], best)
-        # the value the search reports is the runs' own mean time to target, recomputed
-        chosen = dataclasses.replace(
-            base, policy=policies.Deadline(found.params["policy.seconds"], count=10)
-        )
-        assert _mean_time(chosen, seeds) == found.values[0]
+        if search_seed == 0:  # the value reported is the runs' own mean time, recomputed
+            chosen = dataclasses.replace(
+                base, policy=policies.Deadline(found.params["policy.seconds"], count=10)
+            )
+            assert _mean_time(chosen, seeds) == found.values[0]
 
 
 def _small(**kwargs: object) -> tuning.TuneOutcome:

@@ -117,7 +117,9 @@ def test_the_same_command_resumes_and_runs_nothing(searched):
     _, (_, first, _), (code, out, err) = searched
     assert code == 0, err
     assert "study      deadline: 4 trials" in out
-    assert "; 0 runs, " in out  # every trial was finished, the fresh seeds' runs are stored
+    assert (
+        "; 0 runs executed, " in out
+    )  # every trial was finished, the fresh seeds' runs are stored
     best = [line for line in first.splitlines() if line.startswith(("best", "  "))]
     assert best == [line for line in out.splitlines() if line.startswith(("best", "  "))]
 
@@ -362,3 +364,27 @@ def test_tune_takes_threads_with_a_named_executor(tmp_path):
         progress=False,
     )
     assert out.trials["state"].tolist() == ["complete"]
+
+
+def test_max_runs_budgets_the_search(tmp_path):
+    # 2 seeds a trial and a budget of 5 runs: a third trial would not fit after two whole ones
+    path = _file(tmp_path)
+    code, _, err = _run(
+        [
+            "tune",
+            str(path),
+            *SEARCH,
+            "--max-runs",
+            "5",
+            "--no-fresh",
+            "--store",
+            str(tmp_path / "s"),
+        ]
+    )
+    assert code == 0, err
+    study = json.loads((tmp_path / "s" / "tuning" / "deadline.json").read_text())
+    assert study["used"] <= 5 and len(study["trials"]) < 4
+    code, _, err = _run(
+        ["tune", str(path), *SEARCH, "--max-runs", "1", "--store", str(tmp_path / "t")]
+    )
+    assert code == 2 and "tune max_runs must be an integer in [2, inf], got 1" in err

@@ -398,6 +398,11 @@ class Constraint:
             return f"{self.measure.name}<={self.at_most:g}"
         return f"{self.measure.name}>={self.at_least:g}"
 
+    @property
+    def bound(self) -> float:
+        """The bound, ``at_most`` or ``at_least``."""
+        return float(self.at_most if self.at_most is not None else self.at_least)  # type: ignore[arg-type]
+
     def violation(self, value: float) -> float:
         """How far ``value`` is from meeting the bound (<= 0: met; ``inf`` for NaN)."""
         if math.isnan(value):

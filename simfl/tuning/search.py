@@ -17,10 +17,13 @@ being reached; CMA-ES needs hundreds of trials and no categorical knobs.
 
 **Targets never reached.** A seed that misses the target makes the setting's mean ``inf``
 whatever the other seeds give, so the trial stops at that seed; it is recorded with its
-``inf`` value and infeasible (the constraint ``simfl:target-missed`` counts the seeds that
-missed). The sampler is told what the runs showed at least (the simulated time or energy
-they spent, :meth:`Measure.censored`), marked infeasible, so its model learns where the
-cliff is; tables and the outcome show ``inf`` and "not reached".
+``inf`` value and infeasible: it carries the constraint ``simfl:target-missed`` (the share of
+its seeds that missed). Tables and the outcome show ``inf`` and "not reached". Optuna needs
+a finite value for a complete trial, so it is told what the runs showed at least (the
+simulated time or energy they spent, :meth:`Measure.censored`); TPE does not read it: it
+puts infeasible trials among the settings to avoid, ranked by their total violation. For
+that ranking every constraint is told to the sampler relative to its bound (an overshoot of
+10% is 0.1 whatever the unit), so a missed target and a broken constraint weigh alike.
 
 **Pruning** (``prune=True``), after each seed of a trial, of settings that cannot win or are
 clearly worse: (1) *bound*: the objective's optimistic bound (:meth:`Measure.bound`, e.g.
@@ -173,8 +176,8 @@ class _Runner:
 def startup_trials(n_knobs: int, trials: int) -> int:
     """Trials drawn from the scrambled Sobol sequence before TPE takes over.
 
-    Two per knob plus two, at most ten, and at most half the trials: enough to see the
-    range of every knob once or twice before the model steers.
+    Two per knob plus two, at most ten and at most half the trials, at least two: enough to
+    see the range of every knob once or twice before the model steers.
     """
     return max(2, min(10, 2 + 2 * n_knobs, trials // 2))
 
@@ -625,9 +628,10 @@ def _evaluate(
     missed = sum(
         any(math.isinf(per_seed[j][i]) for j in range(len(objectives))) for i in range(len(results))
     )
-    trial.set_constraint(_REACHED, float(missed))  # a target missed: infeasible
+    # what the sampler reads (<= 0: met), each relative to its bound so that they add up
+    trial.set_constraint(_REACHED, missed / max(1, len(results)))
     for c, v in zip(constraints, violations, strict=True):
-        trial.set_constraint(c.name, v)  # what the sampler reads (<= 0: met)
+        trial.set_constraint(c.name, v / max(abs(c.bound), 1e-12))
     trial.set_user_attr("max_selected", _max_selected(results))
     values = [m.combine(per_seed[j], results) for j, m in enumerate(objectives)]
     trial.set_user_attr("values", [float(v) for v in values])
