@@ -192,6 +192,7 @@ def test_a_killed_search_resumes_without_repeating_finished_trials(tmp_path, mon
     [
         ({"policy.nope": tuning.Float(1, 2)}, TARGET, {}, r"Deadline\) has no field 'nope'"),
         ({"rounds.x": tuning.Int(1, 2)}, TARGET, {}, "is a int, not a dataclass"),
+        ({"fleet.redraw": tuning.Choice(["round", "job"])}, TARGET, {}, "built by its constr"),
         ({"policy.count": tuning.Float(5, 9)}, TARGET, {}, r"is an int\): search it with Int"),
         ({"policy.partial": tuning.Float(0, 1)}, TARGET, {}, "is a bool"),
         ({"policy.count": tuning.Int(5, 200)}, TARGET, {}, "count must be <= the fleet size"),

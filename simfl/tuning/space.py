@@ -193,6 +193,14 @@ def _resolve(scenario: Scenario, path: str) -> tuple[Any, str, Any]:
                 f"knob {path!r}: {where} is a {type(obj).__name__}, not a dataclass, so it has "
                 f"no field {part!r}"
             )
+        params = getattr(type(obj), "__dataclass_params__", None)
+        if params is not None and not params.init:
+            where = ".".join(parts[:depth]) or "the scenario"
+            raise ValueError(
+                f"knob {path!r}: {where} ({type(obj).__name__}) is built by its constructors, "
+                f"not field by field; search whole values with Choice({{label: value}}), e.g. "
+                f"{{'20 slow': Fleet.tiers(...), '40 slow': Fleet.tiers(...)}}"
+            )
         names = [f.name for f in dataclasses.fields(obj) if f.init]
         if part not in names:
             where = ".".join(parts[:depth]) or "Scenario"
