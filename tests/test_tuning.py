@@ -433,3 +433,34 @@ def test_a_search_killed_by_sigkill_resumes_to_the_same_trials(tmp_path) -> None
     cols = [c for c in whole.trials.columns if c != "trial"]
     assert resumed.trials[cols].reset_index(drop=True).equals(whole.trials[cols])
     assert killed, "the search finished before it could be killed: nothing was tested"
+
+
+@dataclasses.dataclass(frozen=True)
+class FailsOnLongDeadlines(policies.Deadline):
+    """A deadline policy whose plan raises for deadlines above 5 s (a run that fails)."""
+
+    def plan(self, state, view):  # type: ignore[no-untyped-def]
+        if self.seconds > 5:
+            raise RuntimeError("too long a deadline")
+        return super().plan(state, view)
+
+
+def test_a_failing_run_fails_its_trial_and_the_search_goes_on() -> None:
+    base = timing_base(
+        fleet=Fleet.homogeneous(20, compute=dists.Exponential(1.0)),
+        policy=FailsOnLongDeadlines(2.0, count=5),
+    )
+    out = simfl.tune(
+        base,
+        {"policy.seconds": tuning.Float(1.0, 9.0)},
+        tuning.SimTime(),
+        seeds=range(2),
+        trials=5,
+        fresh_seeds=(),
+        executor="inline",
+        progress=False,
+    )
+    failed = out.trials[out.trials["state"] == "failed"]
+    assert len(failed) and (failed["policy.seconds"] > 5).all()
+    assert failed["error"].str.contains("RuntimeError: too long a deadline").all()
+    assert len(out.trials) == 5 and out.best and out.best[0].params["policy.seconds"] <= 5

@@ -143,7 +143,6 @@ class _Runner:
     store: Store | None
     executor: Executor  # made with the search's workers and threads
     batch: int
-    results: dict[str, Results] = dataclasses.field(default_factory=dict)
     ran: int = 0
     reused: int = 0
 
