@@ -735,15 +735,13 @@ def _tune_arguments(args: argparse.Namespace, module: Any) -> dict[str, Any]:
     return out
 
 
-def _check_search(
-    base: Scenario, kwargs: dict[str, Any], tuning: Any, args: argparse.Namespace
-) -> None:
+def _check_search(base: Scenario, kwargs: dict[str, Any], args: argparse.Namespace) -> None:
     """Refuse knobs, objectives, constraints and seeds the search cannot take, before output.
 
     :func:`simfl.tune` checks them too; here they are refused before the line that says what
     will run.
     """
-    from simfl.tuning import space
+    from simfl.tuning.search import check_search
 
     if "trials" in kwargs:
         name = "--trials" if args.trials is not None else f"{args.scenario}: TUNE['trials']"
@@ -754,16 +752,7 @@ def _check_search(
             f"--fresh-seeds must be seeds the search never saw; {ranges_text(common)} "
             f"{'is' if len(common) == 1 else 'are'} also in --seeds"
         )
-    space.check_knobs(base, kwargs["knobs"])
-    objective = kwargs["objective"]
-    for m in objective if isinstance(objective, list) else [objective]:
-        if not isinstance(m, tuning.Measure):
-            raise UsageError(f"the objective must be a tuning measure, got {m!r}")
-        m.check(base)
-    for c in kwargs.get("constraints", ()):
-        if not isinstance(c, tuning.Constraint):
-            raise UsageError(f"constraints must be tuning.Constraint objects, got {c!r}")
-        c.measure.check(base)
+    check_search(base, kwargs["knobs"], kwargs["objective"], kwargs.get("constraints", ()))
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -774,7 +763,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     module = _load(args.scenario)
     base = _pick_one(_scenarios(module, Path(args.scenario)), args.pick, args.scenario)
     kwargs = _tune_arguments(args, module)
-    _check_search(base, kwargs, tuning, args)
+    _check_search(base, kwargs, args)
     store = Path(args.store) if args.store else Path("runs") / f"tune-{Path(args.scenario).stem}"
     if args.scheduler and args.executor in (None, "dask"):
         _check_scheduler(args.scheduler)

@@ -95,8 +95,9 @@ class Measure(ABC):
     def censored(self, results: Results) -> float:
         """A finite stand-in for a run whose :meth:`per_run` is ``inf`` (a target missed).
 
-        What the run shows at least (the simulated time it lasted, the energy it spent): the
-        sampler's model reads it, marked infeasible, never the tables.
+        What the run shows at least (the simulated time it lasted, the energy it spent): what
+        Optuna is told for a trial marked infeasible (TPE ranks those by their constraint
+        violation, not by this value); never shown in the tables.
         """
         return math.inf
 
@@ -119,14 +120,47 @@ def _target_text(metric: str, below: float | None, above: float | None) -> str:
     return f"{metric}<={below:g}" if below is not None else f"{metric}>={above:g}"
 
 
-def _check_target(owner: str, below: float | None, above: float | None) -> None:
-    if (below is None) == (above is None):
-        raise ValueError(f"{owner} needs exactly one of below= or above=, got {below}, {above}")
-    check_real(f"{owner}.{'below' if below is not None else 'above'}", below or above or 0.0)
+@dataclass(frozen=True)
+class _ToTarget(Measure):
+    """What a run spent until ``metric`` first met the target (``inf`` if it never did)."""
+
+    metric: str
+    below: float | None = None
+    above: float | None = None
+
+    direction: ClassVar[str] = "minimize"
+    low: ClassVar[float] = 0.0
+    #: The start of :attr:`name` (``"time"``, ``"energy"``).
+    what: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        if (self.below is None) == (self.above is None):
+            raise ValueError(
+                f"{owner} needs exactly one of below= or above=, got {self.below}, {self.above}"
+            )
+        side = "below" if self.below is not None else "above"
+        object.__setattr__(self, side, check_real(f"{owner}.{side}", getattr(self, side)))
+
+    @property
+    def name(self) -> str:
+        target = (
+            f"{self.metric}<={self.below:g}"
+            if self.below is not None
+            else f"{self.metric}>={self.above:g}"
+        )
+        return f"{self.what}_to_{target}"
+
+    def bound(self, values: Sequence[float], n: int) -> float | None:
+        """The mean if every seed still to run spent nothing (what it spends is >= 0)."""
+        return float(np.sum(values)) / n
+
+    def check(self, scenario: Scenario) -> None:
+        _check_metric(type(self).__name__, self.metric, scenario)
 
 
 @dataclass(frozen=True)
-class TimeToTarget(Measure):
+class TimeToTarget(_ToTarget):
     """Simulated seconds until ``metric`` first meets the target (``inf`` if it never does).
 
     Give the scenario the same :class:`~simfl.Target` so runs stop there, and a ``rounds`` or
@@ -134,66 +168,31 @@ class TimeToTarget(Measure):
     limit first counts as never reaching the target.
     """
 
-    metric: str
-    below: float | None = None
-    above: float | None = None
-
-    direction: ClassVar[str] = "minimize"
-    low: ClassVar[float] = 0.0
-
-    def __post_init__(self) -> None:
-        _check_target("TimeToTarget", self.below, self.above)
-
-    @property
-    def name(self) -> str:  # noqa: D102
-        return f"time_to_{_target_text(self.metric, self.below, self.above)}"
+    what: ClassVar[str] = "time"
 
     def per_run(self, results: Results) -> float:  # noqa: D102
         return compare.time_to_target(results, self.metric, below=self.below, above=self.above)
-
-    def bound(self, values: Sequence[float], n: int) -> float | None:
-        """The mean if every seed still to run reached the target at once (times are >= 0)."""
-        return float(np.sum(values)) / n
 
     def censored(self, results: Results) -> float:
         """The simulated seconds the run lasted without reaching the target."""
         return float(results.meta.get("sim_time", math.inf))
 
-    def check(self, scenario: Scenario) -> None:  # noqa: D102
-        _check_metric("TimeToTarget", self.metric, scenario)
-
 
 @dataclass(frozen=True)
-class EnergyToTarget(Measure):
+class EnergyToTarget(_ToTarget):
     """Joules the fleet spent until ``metric`` first meets the target (``inf`` if never)."""
 
-    metric: str
-    below: float | None = None
-    above: float | None = None
-
-    direction: ClassVar[str] = "minimize"
-    low: ClassVar[float] = 0.0
-
-    def __post_init__(self) -> None:
-        _check_target("EnergyToTarget", self.below, self.above)
-
-    @property
-    def name(self) -> str:  # noqa: D102
-        return f"energy_to_{_target_text(self.metric, self.below, self.above)}"
+    what: ClassVar[str] = "energy"
 
     def per_run(self, results: Results) -> float:  # noqa: D102
         return compare.energy_to_target(results, self.metric, below=self.below, above=self.above)
-
-    def bound(self, values: Sequence[float], n: int) -> float | None:
-        """The mean if every seed still to run spent nothing (energies are >= 0)."""
-        return float(np.sum(values)) / n
 
     def censored(self, results: Results) -> float:
         """The joules the run spent without reaching the target."""
         return float(results.clients["energy"].sum())
 
     def check(self, scenario: Scenario) -> None:  # noqa: D102
-        _check_metric("EnergyToTarget", self.metric, scenario)
+        super().check(scenario)
         if scenario.fleet.energy is None:
             raise ValueError(
                 "EnergyToTarget needs a fleet with an energy model (Fleet.with_energy or "

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from simfl import compare
 from simfl.results import Results
+from simfl.sweeps.grid import ranges_text
 from simfl.sweeps.store import Store
 from simfl.tuning.measures import Constraint, Measure
 from simfl.tuning.space import Knob
@@ -284,6 +285,4 @@ def _interval(s: Mapping[str, Any]) -> str:
 
 
 def _seeds(seeds: Sequence[int]) -> str:
-    from simfl.sweeps.grid import ranges_text
-
     return ranges_text(seeds)

@@ -53,7 +53,6 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,6 +68,7 @@ from simfl._checks import check_bool, check_int
 from simfl.results import Results
 from simfl.scenario import Scenario
 from simfl.sweeps.executors import Executor, make_executor
+from simfl.sweeps.fingerprint import fingerprint
 from simfl.sweeps.grid import Case, ranges_text
 from simfl.sweeps.run import sweep
 from simfl.sweeps.store import Store
@@ -87,7 +87,7 @@ from simfl.tuning.space import (
     value_of,
 )
 
-__all__ = ["STUDY_DIR", "tune"]
+__all__ = ["STUDY_DIR", "check_search", "startup_trials", "tune"]
 
 #: The folder of a store that holds its searches (journals and outcomes).
 STUDY_DIR = "tuning"
@@ -123,6 +123,34 @@ def _objectives(objective: Measure | Sequence[Measure]) -> tuple[Measure, ...]:
     if len(items) == 2 and items[0] == items[1]:
         raise ValueError(f"tune objectives must differ, got {items[0]} twice")
     return items
+
+
+def check_search(
+    base: Scenario,
+    knobs: Mapping[str, Knob],
+    objective: Measure | Sequence[Measure],
+    constraints: Iterable[Constraint],
+) -> tuple[tuple[Measure, ...], tuple[Constraint, ...]]:
+    """Refuse knobs, objectives and constraints that runs of ``base`` cannot take.
+
+    The checks :func:`tune` makes before any run (also made by ``simfl tune`` before it
+    prints what will run); returns the objectives and constraints as tuples.
+
+    Raises
+    ------
+    ValueError
+        Naming the knob, measure or constraint and why.
+    """
+    check_knobs(base, knobs)
+    objectives = _objectives(objective)
+    for m in objectives:
+        m.check(base)
+    checked = tuple(constraints)
+    for c in checked:
+        if not isinstance(c, Constraint):
+            raise ValueError(f"tune constraints must be tuning.Constraint objects, got {c!r}")
+        c.measure.check(base)
+    return objectives, checked
 
 
 def _digest(results: Results) -> str:
@@ -242,8 +270,6 @@ def _study_signature(
     seeds: Sequence[int],
 ) -> str:
     """What a stored study must have been started with to be resumed by this call."""
-    from simfl.sweeps.fingerprint import fingerprint
-
     parts = {
         "base": fingerprint(base),
         "knobs": {
@@ -309,18 +335,19 @@ def _hopeless(
     one-sided paired t-test at level :data:`PAIRED_LEVEL` (common random numbers make the
     paired differences small and steady, so a clearly worse setting shows it in a few seeds).
     """
+    top = _incumbent(study, objectives, directions)
     if all(b is not None for b in bounds):
         b = [float(v) for v in bounds if v is not None]
-        best = [
-            list(t.values)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("feasible", False) and not any(math.isinf(v) for v in t.values)
-        ]
-        if len(directions) == 1 and any(not _better(b[0], v[0], directions[0]) for v in best):
+        if top is not None and not _better(b[0], top.values[0], directions[0]):
             return True
-        if len(directions) > 1 and any(_dominates(v, b, directions) or v == b for v in best):
-            return True
-    top = _incumbent(study, objectives, directions)
+        if len(directions) > 1:
+            front = [
+                list(t.values)
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("feasible", False) and all(map(math.isfinite, t.values))
+            ]
+            if any(_dominates(v, b, directions) or v == b for v in front):
+                return True
     if top is None or len(values) < PAIRED_MIN_SEEDS:
         return False
     theirs = dict(
@@ -423,15 +450,7 @@ def tune(
         base = base.scenario
     if not isinstance(base, Scenario):
         raise ValueError(f"tune needs a simfl.Scenario (or a sweeps.Case), got {base!r}")
-    check_knobs(base, knobs)
-    objectives = _objectives(objective)
-    for m in objectives:
-        m.check(base)
-    constraints = tuple(constraints)
-    for c in constraints:
-        if not isinstance(c, Constraint):
-            raise ValueError(f"tune constraints must be tuning.Constraint objects, got {c!r}")
-        c.measure.check(base)
+    objectives, constraints = check_search(base, knobs, objective, constraints)
     seed_list = _seeds("seeds", seeds)
     if not seed_list:
         raise ValueError("tune seeds must list at least one seed")
@@ -521,7 +540,7 @@ def tune(
                 _evaluate(opt, trial, runner, seed_list, objectives, constraints, directions, prune)
                 done += 1
                 bar.update(1)
-                _postfix(bar, opt, directions)
+                _postfix(bar, opt, objectives, directions)
         except KeyboardInterrupt:
             partial = _outcome(
                 opt,
@@ -559,17 +578,12 @@ def tune(
     return outcome
 
 
-def _postfix(bar: Any, opt: optuna.Study, directions: Sequence[str]) -> None:
-    if len(directions) != 1:
-        return
-    best = [
-        t.values[0]
-        for t in opt.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("feasible", False)
-    ]
-    if best:
-        pick = min(best) if directions[0] == "minimize" else max(best)
-        bar.set_postfix_str(f"best {pick:.4g}")
+def _postfix(
+    bar: Any, opt: optuna.Study, objectives: Sequence[Measure], directions: Sequence[str]
+) -> None:
+    top = _incumbent(opt, objectives, directions)
+    if top is not None:
+        bar.set_postfix_str(f"best {top.values[0]:.4g}")
 
 
 def _evaluate(
@@ -757,8 +771,3 @@ def _outcome(
         reused=runner.reused,
         used=_used(opt, len(seeds)),
     )
-
-
-def read_outcome(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The saved outcome of a search (``STORE/tuning/STUDY.json``) as a dict."""
-    return dict(json.loads(Path(path).read_text()))
