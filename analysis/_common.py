@@ -66,19 +66,19 @@ def tune(
     return best
 
 
-#: Where the full-size runs write their numbers (the README's tables are rendered from them).
+#: Where the full-size runs write their numbers (the docs' tables are rendered from them).
 RESULTS = HERE / "results"
 
 #: The papers a claim can belong to ("theory": a closed form the simulator must match).
 PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
-#: The values a claim's ``status`` takes in the README's reproduction table.
+#: The values a claim's ``status`` takes in the reproduction table of docs/validation.md.
 STATUSES = ("reproduced", "qualitative", "not reproduced", "not attempted")
 
 
 def claim(
     paper: str, claim: str, paper_value: str, ours: str, status: str, why: str = ""
 ) -> dict[str, str]:
-    """One row of the README's reproduction table (see :func:`write_results`)."""
+    """One row of the reproduction table of docs/validation.md (see :func:`write_results`)."""
     if paper not in PAPERS:
         raise ValueError(f"claim paper must be one of {PAPERS}, got {paper!r}")
     if status not in STATUSES:
@@ -107,11 +107,11 @@ def write_results(
     """Write the numbers a script printed, and its claims, as ``<stem>.json``.
 
     ``checks`` (what the script checks) and ``measured`` (its figures, formatted from
-    ``numbers``) make its row of the README's table of checks; each of ``claims`` (made by
+    ``numbers``) make its row of the table of checks; each of ``claims`` (made by
     :func:`claim`) a row of the reproduction table.
 
-    A full-size run writes ``analysis/results/<stem>.json`` (the README's tables are rendered
-    from these files by ``analysis/readme_tables.py``); a ``--quick`` run writes beside its
+    A full-size run writes ``analysis/results/<stem>.json`` (the docs' tables are rendered
+    from these files by ``analysis/docs_tables.py``); a ``--quick`` run writes beside its
     figure in ``--out`` so it never replaces the full-size numbers.
     """
     import json

@@ -12,7 +12,7 @@ from _common import RESULTS, _plain
 def write(args: Any, stem: str, numbers: dict[str, Any]) -> Path:
     """``analysis/results/<stem>.json`` (a ``--quick`` run: ``--out``/<stem>.json).
 
-    The file has no ``checks`` field, so the README's table of checks does not list it; its
+    The file has no ``checks`` field, so the table of checks does not list it; its
     numbers are rendered into ``docs/policy-search.md`` by ``analysis/tune_docs.py``.
     """
     quick = bool(getattr(args, "quick", False))

@@ -16,8 +16,8 @@ Target rule (fixed before any full-size run): an example's target accuracy is
 is mean WaitAll time over mean FedBuff time with a paired bootstrap 95% CI over the seeds
 (:func:`simfl.compare.speedup`; none where a seed never reaches the target).
 
-Writes ``analysis/results/byo_examples.json``; ``analysis/readme_tables.py`` renders the
-README's paragraph on the two examples from it.
+Writes ``analysis/results/byo_examples.json``; ``analysis/docs_tables.py`` renders the
+table of ``docs/algorithms.md`` on the two examples from it.
 
     python analysis/byo_examples.py [--quick] [--seeds N]
 """
@@ -126,7 +126,7 @@ def summarise(runs: dict[str, list[Results]], fraction: float = TARGET_FRACTION)
 
 
 def measured(examples: dict[str, dict[str, Any]]) -> str:
-    """The README's one-line figures of every example."""
+    """The one-line figures of every example."""
     parts = []
     for name, e in examples.items():
         wa, fb = e["policies"]["wait-all"], e["policies"]["fedbuff"]

@@ -185,7 +185,7 @@ def claims(tab: pd.DataFrame, st: pd.DataFrame, size: Size) -> list[dict[str, st
 
 
 def record(args: Any, tab: pd.DataFrame, st: pd.DataFrame) -> None:
-    """Write the results file (numbers, claims, the README's row of checks)."""
+    """Write the results file (numbers, claims, the row of the table of checks)."""
     size = QUICK if args.quick else FULL
     accs = tab.set_index(["label", "tau"])["mean"]
     write_results(

@@ -250,7 +250,7 @@ def claims(tab: pd.DataFrame) -> list[dict[str, str]]:
 
 
 def record(args: Any, tab: pd.DataFrame) -> None:
-    """Write the results file (numbers, claims, the README's row of checks)."""
+    """Write the results file (numbers, claims, the row of the table of checks)."""
     largest = tab.sort_values("m").groupby("r", sort=False).tail(1)
     write_results(
         args,

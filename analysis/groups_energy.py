@@ -16,8 +16,9 @@ The runs go into a results store and ``simfl report`` is written for them; this 
 the report's tables (participation per tier, fairness, time and energy to a principal-angle
 distance of 1e-3) and copies the report's ``groups_energy.png`` to ``analysis/figures/``.
 
-It writes the numbers the README quotes to ``analysis/results/groups_energy.json`` and renders
-the README's paragraph from them (:func:`readme_text`; a test checks the two agree).
+It writes the numbers the docs quote to ``analysis/results/groups_energy.json``, and
+:func:`docs_text` renders the paragraph of ``docs/fleets.md`` from them
+(``analysis/docs_tables.py``; a test checks the two agree).
 
     python analysis/groups_energy.py [--quick] [--seeds S] [--store DIR] [--results FILE]
 """
@@ -98,8 +99,8 @@ def _split(store: Path) -> pd.DataFrame:
     return split.rename(columns=lambda c: c.removeprefix("energy_") + " %").reset_index()
 
 
-def readme_text(r: dict[str, object]) -> str:
-    """The README's paragraph on this figure, from the results file."""
+def docs_text(r: dict[str, object]) -> str:
+    """The docs' paragraph on this figure, from the results file."""
     v: dict[str, dict[str, float]] = r["policies"]  # type: ignore[assignment]
     wa, dl, fb = v["wait-all"], v["deadline"], v["fedbuff"]
     return (
@@ -111,7 +112,7 @@ def readme_text(r: dict[str, object]) -> str:
         f"Wait-all needed {wa['energy_to_target']:.0f} J to reach the target, and "
         f"{wa['idle_percent']:.2f}% of all its jobs' joules went to idle waits for the slow tier; "
         f"the deadline needed {dl['energy_to_target']:.0f} J and FedBuff "
-        f"{fb['energy_to_target']:.0f} J.\n"
+        f"{fb['energy_to_target']:.0f} J."
     )
 
 
@@ -161,7 +162,7 @@ def main() -> None:
     out_json = Path(args.results)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nresults: {out_json}\n\nREADME paragraph:\n{readme_text(results)}")
+    print(f"\nresults: {out_json}\n\ndocs paragraph:\n{docs_text(results)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figure = out / "groups_energy.png"

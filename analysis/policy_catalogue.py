@@ -317,7 +317,7 @@ def summarize(frame: pd.DataFrame, task_name: str, fleet_name: str) -> pd.DataFr
 
 
 def _cell(row: dict[str, Any]) -> str:
-    """One README cell: speedup over wait-all with its CI, and the slow tier's update share."""
+    """One cell of the catalogue: speedup over wait-all with its CI, and the slow tier's share."""
     share = f"slow {100 * row['share_slow']:.0f}%" if row.get("share_slow") is not None else ""
     if row["policy"] == "wait-all":
         time = row["mean_time"]
@@ -331,8 +331,8 @@ def _cell(row: dict[str, Any]) -> str:
     return f"{speed:.2f}x [{lo:.2f}, {hi:.2f}] · {share}"
 
 
-def readme_table(results: dict[str, Any]) -> str:
-    """The README's catalogue tables, from the results file (so the two cannot drift).
+def docs_table(results: dict[str, Any]) -> str:
+    """The catalogue tables of ``docs/policies.md``, from the results file (so they cannot drift).
 
     First the speedups over wait-all (95% CI) with the slow tier's share of the aggregated
     updates, one column per task and fleet; then each policy's paper claim beside what simfl
@@ -359,7 +359,7 @@ def readme_table(results: dict[str, Any]) -> str:
             cells[(t, f, name)]["seen_here"] if (t, f, name) in cells else "n/a" for t, f in panels
         ]
         lines.append(f"| {name} | {CLAIMS.get(name, '')} | " + "; ".join(seen) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def verdict(row: pd.Series) -> str:
@@ -433,8 +433,8 @@ def main() -> None:
         json.dumps({"seeds": seeds, "quick": args.quick, "rows": records}, indent=1) + "\n"
     )
     print(f"results: {results}")
-    print("\nREADME tables (between the catalogue markers):\n")
-    print(readme_table(json.loads(results.read_text())))
+    print("\ndocs tables (between the catalogue markers of docs/policies.md):\n")
+    print(docs_table(json.loads(results.read_text())))
 
     import matplotlib
 

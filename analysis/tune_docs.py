@@ -4,7 +4,7 @@
 * ``tune-deadline``: ``analysis/results/tune_deadline.json`` (``analysis/tune_deadline.py``).
 
 Each block sits in the page between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``, as the
-README's tables do (``analysis/readme_tables.py``).
+other generated blocks of the docs do (``analysis/docs_tables.py``).
 
     python analysis/tune_docs.py            # rewrite the page's blocks
     python analysis/tune_docs.py --check    # exit 1 if the page differs (tests run this)
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_tables import replace_block
+from docs_tables import replace_block
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

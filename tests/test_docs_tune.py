@@ -30,7 +30,7 @@ import tune_deadline  # noqa: E402
 import tune_docs  # noqa: E402
 
 PAGE = (ROOT / "docs" / "policy-search.md").read_text()
-README = (ROOT / "README.md").read_text()
+POLICIES = (ROOT / "docs" / "policies.md").read_text()
 #: The page's code shrunk for the tests: fewer trials and seeds, the same code otherwise.
 REDUCE = {
     "trials=20": "trials=6",
@@ -269,12 +269,12 @@ def test_the_pages_code_runs_reduced(tmp_path, monkeypatch, capsys):
     assert ns["out"].runs == 0 and ns["out"].trials.equals(out.trials)
 
 
-def test_the_readme_example_runs_reduced(tmp_path, monkeypatch):
-    block = re.search(r"## Policy search\n\n.*?```python\n(.*?)```", README, re.S)
+def test_the_policies_page_example_runs_reduced(tmp_path, monkeypatch):
+    block = re.search(r"## Tuning a policy's numbers\n\n.*?```python\n(.*?)```", POLICIES, re.S)
     assert block is not None and len(block.group(1).splitlines()) <= 5
     monkeypatch.chdir(tmp_path)
     ns = {"simfl": simfl, "tuning": tuning, "base": tune_deadline.base()}
-    exec(compile(_reduced(block.group(1)), "README.md", "exec"), ns)
+    exec(compile(_reduced(block.group(1)), "docs/policies.md", "exec"), ns)
     assert len(ns["out"].trials) == 6 and ns["out"].best
 
 

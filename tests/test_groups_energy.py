@@ -420,15 +420,15 @@ def test_neural_per_client_metrics_add_up_to_the_evaluation(finetune, request):
     assert weighted == pytest.approx(overall["loss"], rel=1e-9)
 
 
-def test_readme_example_runs(capsys):
+def test_docs_example_runs(capsys):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"### Per-group results and energy\n.*?```python\n(.*?)```", readme, re.S)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "fleets.md").read_text()
+    block = re.search(r"## Per-group results and energy\n.*?```python\n(.*?)```", page, re.S)
     assert block is not None
     namespace: dict[str, object] = {}
-    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    exec(compile(block.group(1), "docs/fleets.md", "exec"), namespace)
     res = namespace["res"]
     table = res.participation().set_index("group")
     assert list(table.index) == ["fast", "slow"] and res.has_energy
@@ -437,8 +437,8 @@ def test_readme_example_runs(capsys):
     assert (Path(__file__).resolve().parents[1] / "analysis/figures/groups_energy.png").is_file()
 
 
-def test_readme_numbers_are_the_results_file():
-    """The README's paragraph on groups_energy.png is rendered from the script's results."""
+def test_docs_numbers_are_the_results_file():
+    """The docs' paragraph on groups_energy.png is rendered from the script's results."""
     import json
     import re
     import sys
@@ -449,9 +449,9 @@ def test_readme_numbers_are_the_results_file():
 
     results = json.loads((root / "analysis" / "results" / "groups_energy.json").read_text())
     assert not results["quick"] and results["seeds"] == 5
-    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "fleets.md").read_text()
     block = re.search(
-        r"<!-- groups-energy:begin -->\n(.*?)<!-- groups-energy:end -->", readme, re.S
+        r"<!-- groups-energy:begin -->\n(.*?)\n<!-- groups-energy:end -->", page, re.S
     )
     assert block is not None
-    assert block.group(1) == groups_energy.readme_text(results)
+    assert block.group(1) == groups_energy.docs_text(results)

@@ -92,17 +92,17 @@ def test_partial_work_keeps_slow_updates_that_the_deadline_drops(small):
     assert shares.loc["partial-work", "share_slow"] > shares.loc["deadline", "share_slow"]
 
 
-def test_readme_tables_are_the_results_file():
+def test_docs_tables_are_the_results_file():
     import json
     import re
 
     root = Path(__file__).resolve().parents[1]
     results = json.loads((root / "analysis" / "results" / "policy_catalogue.json").read_text())
     assert not results["quick"] and results["seeds"] == 5
-    readme = (root / "README.md").read_text()
-    block = re.search(r"<!-- catalogue:begin -->\n(.*?)<!-- catalogue:end -->", readme, re.S)
+    page = (root / "docs" / "policies.md").read_text()
+    block = re.search(r"<!-- catalogue:begin -->\n(.*?)\n<!-- catalogue:end -->", page, re.S)
     assert block is not None
-    assert block.group(1) == cat.readme_table(results)
+    assert block.group(1) == cat.docs_table(results)
     # every policy of the catalogue, on every task and fleet, is in the results
     panels = {(r["task"], r["fleet"]) for r in results["rows"]}
     assert len(panels) == 4

@@ -158,13 +158,13 @@ def test_sweep_file_with_cases_and_show(tmp_path, capsys):
     assert "not a simfl results store" in capsys.readouterr().err
 
 
-def test_readme_sweep_and_report_commands_parse():
+def test_docs_sweep_and_report_commands_parse():
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
-    lines = [ln for ln in readme.splitlines() if ln.startswith(("simfl sweep", "simfl report"))]
+    page = (root / "docs" / "sweeps.md").read_text()
+    lines = [ln for ln in page.splitlines() if ln.startswith(("simfl sweep", "simfl report"))]
     assert len(lines) >= 3
     assert any("--executor dask --scheduler tcp://host:8786 --store" in ln for ln in lines)
     for line in lines:
         args = parser().parse_args(line.split("#")[0].split()[1:])
         assert args.command == "report" or (root / args.scenario).is_file()
-    assert "dask worker tcp://host:8786" in readme and "shares" in readme
+    assert "dask worker tcp://host:8786" in page and "shares" in page

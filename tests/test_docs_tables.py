@@ -1,4 +1,4 @@
-"""The README's tables of checks, claims and performance equal what the results files hold."""
+"""The docs' generated blocks (checks, claims, performance, ...) equal the results files."""
 
 import argparse
 import json
@@ -11,26 +11,41 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "analysis"))
 
 import _common  # noqa: E402
-import readme_tables  # noqa: E402
+import docs_tables  # noqa: E402
 
 
-def test_readme_tables_match_the_results_files():
-    text = (ROOT / "README.md").read_text()
-    assert readme_tables.rendered_readme(text) == text, (
-        "README.md's tables differ from analysis/results/*.json, analysis/paper_claims.json or "
-        "analysis/perf/results/suite.json: run python analysis/readme_tables.py"
-    )
+def test_docs_blocks_match_the_results_files():
+    pages = docs_tables.rendered_pages()
+    assert {p.name for p in pages} == {
+        "validation.md",
+        "performance.md",
+        "algorithms.md",
+        "fleets.md",
+        "policies.md",
+    }
+    for path, text in pages.items():
+        assert path.read_text() == text, (
+            f"{path.name}'s blocks differ from analysis/results/*.json, "
+            "analysis/paper_claims.json or analysis/perf/results/: run python "
+            "analysis/docs_tables.py"
+        )
+
+
+def test_the_readme_quotes_no_generated_block():
+    # every number the docs quote lives in a page rendered from a results file, not the README
+    readme = (ROOT / "README.md").read_text()
+    assert ":begin -->" not in readme and ":end -->" not in readme
 
 
 def test_every_paper_has_claims_and_every_claim_a_status():
-    claims = readme_tables.all_claims(readme_tables.results_files())
-    for paper in readme_tables.PAPERS:
+    claims = docs_tables.all_claims(docs_tables.results_files())
+    for paper in docs_tables.PAPERS:
         assert any(c["paper"] == paper for c in claims), paper
     for c in claims:
-        assert c["status"] in readme_tables.STATUSES
+        assert c["status"] in docs_tables.STATUSES
         assert c["status"] == "reproduced" or c["why"], c["claim"]
     # every script that writes results is in the checks table, and its run was full size
-    files = readme_tables.results_files()
+    files = docs_tables.results_files()
     scripts = {Path(f["script"]).name for f in files}
     assert {"queueing_check.py", "fedrep_linear.py", "lg_alpha.py", "feddar.py"} <= scripts
     assert all((ROOT / f["script"]).is_file() for f in files)
@@ -38,12 +53,12 @@ def test_every_paper_has_claims_and_every_claim_a_status():
 
 def test_the_tables_are_rendered_from_the_files_not_copied(tmp_path):
     # change one number in a copy of a results file: the rendered table changes with it
-    files = readme_tables.results_files()
+    files = docs_tables.results_files()
     first = dict(files[0])
     first["measured"] = "a different figure: 12345"
-    table = readme_tables.checks_table([first, *files[1:]])
+    table = docs_tables.checks_table([first, *files[1:]])
     assert "12345" in table
-    assert "12345" not in readme_tables.checks_table(files)
+    assert "12345" not in docs_tables.checks_table(files)
 
 
 def test_a_quick_run_never_replaces_the_full_results(tmp_path):
@@ -52,7 +67,7 @@ def test_a_quick_run_never_replaces_the_full_results(tmp_path):
     assert path.parent == tmp_path
     assert json.loads(path.read_text())["size"] == "quick"
     with pytest.raises(ValueError, match="full"):
-        readme_tables.results_files(tmp_path)
+        docs_tables.results_files(tmp_path)
 
 
 def test_bad_claims_are_refused():
@@ -76,20 +91,20 @@ def test_bad_claims_are_refused():
         }
     ]
     with pytest.raises(ValueError, match="paper must be one of"):
-        readme_tables.all_claims(bad)
+        docs_tables.all_claims(bad)
 
 
 def test_replace_block_needs_both_markers():
     with pytest.raises(ValueError, match="exactly one"):
-        readme_tables.replace_block("no markers here", "checks", "body")
-    out = readme_tables.replace_block("a <!-- t:begin -->\nold\n<!-- t:end --> b", "t", "new")
+        docs_tables.replace_block("no markers here", "checks", "body")
+    out = docs_tables.replace_block("a <!-- t:begin -->\nold\n<!-- t:end --> b", "t", "new")
     assert out == "a <!-- t:begin -->\nnew\n<!-- t:end --> b"
 
 
 def test_the_byo_examples_block_is_rendered_from_its_results_file():
     import copy
 
-    data = json.loads(readme_tables.BYO.read_text())
+    data = json.loads(docs_tables.BYO.read_text())
     assert data["size"] == "full" and data["script"] == "analysis/byo_examples.py"
     numbers = data["numbers"]
     assert set(numbers["examples"]) == {"resnet_fmnist", "char_gru"}
@@ -103,8 +118,8 @@ def test_the_byo_examples_block_is_rendered_from_its_results_file():
             mean = [sum(v["time_to_target"]) / len(e["seeds"]) for v in (wa, fb)]
             assert e["speedup"] == pytest.approx(mean[0] / mean[1], rel=1e-12)
         assert e["bytes_per_update"] == 4 * e["parameters"]  # float32, every parameter
-    table = readme_tables.byo_table(data)
+    table = docs_tables.byo_table(data)
     changed = copy.deepcopy(data)
     changed["numbers"]["examples"]["char_gru"]["target"] = 0.98765
-    assert "0.988" in readme_tables.byo_table(changed)
+    assert "0.988" in docs_tables.byo_table(changed)
     assert "0.988" not in table

@@ -1,21 +1,31 @@
-"""Render the README's tables of checks, reproductions and performance from the results files.
+"""Render the docs' generated blocks (tables and paragraphs) from the results files.
 
-Every number in these tables is read from a file a script wrote, so the README cannot drift from
-what the scripts print:
+Every number in these blocks is read from a file a script wrote, so the documentation cannot
+drift from what the scripts print. Each block sits in its page between ``<!-- NAME:begin -->``
+and ``<!-- NAME:end -->`` (:data:`BLOCKS` says which page):
 
-* ``checks``: one row per analysis script, from ``analysis/results/<script>.json`` (its
-  ``checks`` and ``measured`` fields; see ``analysis/_common.write_results``);
-* ``reproduction``: every claim of the five seed papers, with ours beside the paper's and a
-  status (reproduced / qualitative / not reproduced / not attempted, and why): the ``claims`` of
-  the results files plus ``analysis/paper_claims.json`` (the claims no script attempts);
-* ``performance``: the rows of ``analysis/perf/results/suite.json`` (``analysis/perf/suite.py``);
-* ``byo-examples``: the two examples of ``docs/bring-your-own.md`` at full size, from
-  ``analysis/results/byo_examples.json`` (``analysis/byo_examples.py``).
+* ``checks`` (``docs/validation.md``): one row per analysis script, from
+  ``analysis/results/<script>.json`` (its ``checks`` and ``measured`` fields; see
+  ``analysis/_common.write_results``);
+* ``reproduction`` (``docs/validation.md``): every claim of the five seed papers, with ours
+  beside the paper's and a status (reproduced / qualitative / not reproduced / not attempted,
+  and why): the ``claims`` of the results files plus ``analysis/paper_claims.json`` (the claims
+  no script attempts);
+* ``performance`` and ``training`` (``docs/performance.md``): the rows of
+  ``analysis/perf/results/suite.json`` (``analysis/perf/suite.py``) and the training-path and
+  W3 tables of ``analysis/perf/results/``;
+* ``byo-examples`` (``docs/algorithms.md``): the two examples of ``docs/bring-your-own.md`` at
+  full size, from ``analysis/results/byo_examples.json`` (``analysis/byo_examples.py``);
+* ``groups-energy`` (``docs/fleets.md``): the paragraph on ``groups_energy.png``, from
+  ``analysis/results/groups_energy.json`` (``analysis/groups_energy.py``);
+* ``catalogue`` (``docs/policies.md``): the straggler-mitigation catalogue, from
+  ``analysis/results/policy_catalogue.json`` (``analysis/policy_catalogue.py``).
 
-Each table sits in README.md between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``.
+The policy search's worked examples are rendered into ``docs/policy-search.md`` by
+``analysis/tune_docs.py`` the same way.
 
-    python analysis/readme_tables.py            # rewrite the README's tables
-    python analysis/readme_tables.py --check    # exit 1 if the README differs (tests run this)
+    python analysis/docs_tables.py            # rewrite the pages' blocks
+    python analysis/docs_tables.py --check    # exit 1 if a page differs (tests run this)
 """
 
 from __future__ import annotations
@@ -32,7 +42,9 @@ RESULTS = HERE / "results"
 STATIC = HERE / "paper_claims.json"
 SUITE = HERE / "perf" / "results" / "suite.json"
 BYO = RESULTS / "byo_examples.json"
-README = ROOT / "README.md"
+GROUPS_ENERGY = RESULTS / "groups_energy.json"
+CATALOGUE = RESULTS / "policy_catalogue.json"
+DOCS = ROOT / "docs"
 
 PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
 STATUSES = ("reproduced", "qualitative", "not reproduced", "not attempted")
@@ -45,7 +57,7 @@ def results_files(folder: Path = RESULTS) -> list[dict[str, Any]]:
         data = json.loads(path.read_text())
         if isinstance(data, dict) and "checks" in data:
             if data.get("size") != "full":
-                raise ValueError(f"{path} holds a {data.get('size')!r} run; the README needs full")
+                raise ValueError(f"{path} holds a {data.get('size')!r} run; the docs need full")
             out.append(data)
     return out
 
@@ -238,7 +250,7 @@ def byo_table(data: dict[str, Any]) -> str:
             lo, hi = e["speedup_ci"]
             speed = f"**{e['speedup']:.1f}x** [{lo:.1f}, {hi:.1f}]"
         lines.append(
-            f"| [`{name}.py`](docs/examples/{name}.py) | {e['model']}, {e['parameters']:,} "
+            f"| [`{name}.py`](examples/{name}.py) | {e['model']}, {e['parameters']:,} "
             f"parameters, {e['trainer']} path | {e['devices']} | {wa['final_accuracy_mean']:.3f} / "
             f"{fb['final_accuracy_mean']:.3f} | {e['target']:.3f} | "
             f"{_mean_time(wa['time_to_target'])} / {_mean_time(fb['time_to_target'])} | {speed} |"
@@ -258,7 +270,10 @@ def byo_table(data: dict[str, Any]) -> str:
 
 
 def render_all() -> dict[str, str]:
-    """The text of every table, by marker name."""
+    """The text of every block, by marker name."""
+    import groups_energy
+    import policy_catalogue
+
     files = results_files()
     return {
         "checks": checks_table(files),
@@ -266,38 +281,61 @@ def render_all() -> dict[str, str]:
         "performance": performance_table(),
         "training": training_table() + "\n\n" + w3_table(),
         "byo-examples": byo_table(json.loads(BYO.read_text())),
+        "groups-energy": groups_energy.docs_text(json.loads(GROUPS_ENERGY.read_text())),
+        "catalogue": policy_catalogue.docs_table(json.loads(CATALOGUE.read_text())),
     }
 
 
-def replace_block(text: str, name: str, body: str) -> str:
+#: The page each block sits in.
+BLOCKS = {
+    "checks": DOCS / "validation.md",
+    "reproduction": DOCS / "validation.md",
+    "performance": DOCS / "performance.md",
+    "training": DOCS / "performance.md",
+    "byo-examples": DOCS / "algorithms.md",
+    "groups-energy": DOCS / "fleets.md",
+    "catalogue": DOCS / "policies.md",
+}
+
+
+def replace_block(text: str, name: str, body: str, page: str = "the page") -> str:
+    """``text`` with the block ``name`` holding ``body``; both markers must be there once."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     if text.count(begin) != 1 or text.count(end) != 1:
-        raise ValueError(f"README.md needs exactly one {begin} and one {end}")
+        raise ValueError(f"{page} needs exactly one {begin} and one {end}")
     head, rest = text.split(begin)
     _, tail = rest.split(end)
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def rendered_readme(text: str) -> str:
+def rendered_pages(pages: dict[Path, str] | None = None) -> dict[Path, str]:
+    """Each page's text with its blocks rendered (``pages``: the texts to render into, by path;
+    by default the pages on disk)."""
+    if pages is None:
+        pages = {path: path.read_text() for path in dict.fromkeys(BLOCKS.values())}
+    out = dict(pages)
     for name, body in render_all().items():
-        text = replace_block(text, name, body)
-    return text
+        path = BLOCKS[name]
+        out[path] = replace_block(out[path], name, body, str(path.relative_to(ROOT)))
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if README.md differs")
+    p.add_argument("--check", action="store_true", help="exit 1 if a page differs")
     args = p.parse_args()
-    text = README.read_text()
-    new = rendered_readme(text)
+    new = rendered_pages()
+    stale = [path for path, text in new.items() if path.read_text() != text]
     if args.check:
-        if new != text:
-            print("README.md's tables differ from the results files: run analysis/readme_tables.py")
+        if stale:
+            names = ", ".join(str(path.relative_to(ROOT)) for path in stale)
+            print(f"{names}: blocks differ from the results files: run analysis/docs_tables.py")
             sys.exit(1)
-        print("README.md's tables match the results files")
+        print("the docs' blocks match the results files")
         return
-    README.write_text(new)
-    print(f"rendered {', '.join(render_all())} into {README}")
+    for path in stale:
+        path.write_text(new[path])
+    print(f"rendered {', '.join(render_all())} into {len(new)} pages ({len(stale)} changed)")
 
 
 if __name__ == "__main__":
