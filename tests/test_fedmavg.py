@@ -319,7 +319,7 @@ def test_fig1_claims_at_reduced_size():
     reason="not reproduced at test size: at 60x600, K=4, P=20, 30 rounds (and at the script's "
     "--quick size 100x1000, K=5) Q2=20 edges out the diminishing schedule when m=P (0.7669 vs "
     "0.7706 mean log10 objective) and Q1 10->20 gains more than 1->5 (0.016 vs 0.009); the "
-    "README reports both holding at the script's full size (500x5000, K=20, P=100), which "
+    "validation page reports both holding at the script's full size (500x5000, K=20, P=100), which "
     "takes too long for a test",
 )
 def test_fig1_claims_that_do_not_hold_at_reduced_size():

@@ -65,11 +65,11 @@ def test_the_papers_own_columns_pass_the_criteria():
 
 @pytest.mark.skipif(
     not (FASHION_MNIST_DIR / "train-images-idx3-ubyte.gz").exists(),
-    reason=f"Fashion-MNIST (the README's column) is not installed in {FASHION_MNIST_DIR} "
+    reason=f"Fashion-MNIST (the validation page's column) is not installed in {FASHION_MNIST_DIR} "
     "(apt-get install dataset-fashion-mnist)",
 )
 def test_reduced_table1_on_fashion_mnist():
-    # the README's Fashion-MNIST column at reduced size: 600 images (60 per client), 10
+    # the validation page's Fashion-MNIST column at reduced size: 600 images (60 per client), 10
     # clients, r=0.3, T=24 (about 7 participations each), one seed
     rounds = 24
     algorithms = [

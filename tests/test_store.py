@@ -134,7 +134,7 @@ def test_memory_sweep_matches_store_and_direct_runs(tmp_path):
         ],
         ignore_index=True,
     )
-    # label, seed, the grid labels and run_id come first, as in clients() (and the README)
+    # label, seed, the grid labels and run_id come first, as in clients() (and the sweeps page)
     assert list(stored.frame.columns[:5]) == ["label", "seed", "policy", "run_id", "round"]
     pd.testing.assert_frame_equal(
         stored.frame.drop(columns="run_id"), direct, check_exact=True, check_categorical=False
