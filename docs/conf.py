@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from sphinx.ext.napoleon import _process_docstring
+
 # The checkout's own simfl first, so a clean clone builds its own sources (installed or not).
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,3 +48,22 @@ napoleon_use_ivar = True
 html_theme = "furo"
 html_title = "simfl"
 html_static_path: list[str] = []
+
+
+def _napoleon_except_attributes(app, what, name, obj, options, lines):
+    """Napoleon's docstring processing, for everything but attributes.
+
+    napoleon reads an attribute docstring's first line as ``type: description``, while the
+    package's attribute comments are prose, often with a colon in them ("Epochs ... (0: none)");
+    their types come from the annotations, which autodoc shows in the signature.
+    """
+    if what != "attribute":
+        _process_docstring(app, what, name, obj, options, lines)
+
+
+def setup(app):
+    """Route autodoc's docstrings through :func:`_napoleon_except_attributes`."""
+    for listener in list(app.events.listeners["autodoc-process-docstring"]):
+        if listener.handler is _process_docstring:
+            app.disconnect(listener.id)
+    app.connect("autodoc-process-docstring", _napoleon_except_attributes)
