@@ -5,8 +5,7 @@ written: at the top, inside a function (a lazy import) or under ``if TYPE_CHECKI
 type-only import). The layers, low to high (a module may import its own layer and lower ones):
 
     0 low        _checks, rng, dists, outcome
-    1 world      fleet, network, tasks (and the README-era re-exports availability, topology,
-                 traces)
+    1 world      fleet, network, tasks
     2 math       algorithms, neural
     3 policies   policies
     4 run model  scenario, results
@@ -34,9 +33,6 @@ LAYERS = {
     "fleet": 1,
     "network": 1,
     "tasks": 1,
-    "availability": 1,
-    "topology": 1,
-    "traces": 1,
     "algorithms": 2,
     "neural": 2,
     "policies": 3,
@@ -144,8 +140,8 @@ def test_layers_point_one_way(module: str):
 def test_top_level_stays_small():
     top = sorted(p.name for p in ROOT.glob("*.py"))
     # the layout: subpackages for fleet, network, engine, policies, algorithms, tasks, neural,
-    # sweeps and report; at most about 12 top-level modules (three of them README re-exports)
-    assert len(top) <= 13, top
+    # sweeps and report; at most about 10 top-level modules
+    assert len(top) <= 10, top
 
 
 def test_the_engine_knows_policy_families_not_policies():
