@@ -1,6 +1,6 @@
 """Results folders on disk: published whole, checked when read, and a CLI that says what failed.
 
-Each test reproduces one item of issue 14 ("Nothing lost, nothing silent"): a results folder is
+Each test holds one promise of "nothing lost, nothing silent": a results folder is
 never a mix of two saves, not even when its writer is SIGKILLed mid-save; ``simfl run`` checks
 its output path before the run; the CLI reports a user's mistake or a full disk in one line
 (exit status 2) and keeps tracebacks for bugs.
