@@ -38,6 +38,8 @@ _FORMER_MODULES = {
     "simfl.fleet.availability": "simfl.availability",
     "simfl.fleet.devices": "simfl.fleet",
     "simfl.fleet.traces": "simfl.traces",
+    "simfl.neural.datasets": "simfl.neural.data",
+    "simfl.neural.own_data": "simfl.neural.data",
     "simfl.network.flows": "simfl.flows",
     "simfl.network.payload": "simfl.network",
     "simfl.network.topology": "simfl.topology",
