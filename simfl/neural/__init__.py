@@ -81,7 +81,8 @@ from simfl.neural.baselines import (
 from simfl.neural.data import Dataset, DatasetNotFoundError, DataSource
 from simfl.neural.datasets import CIFAR10, CIFAR100, FEMNIST, MNIST, Digits, FashionMNIST
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
-from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
+from simfl.neural.module import Model, ModelCheckError, ModuleNet
+from simfl.neural.objective import Objective
 from simfl.neural.optim import SGD, Adam, AdamW, ClientOptimizer
 from simfl.neural.own_data import FromDataset, Tensors
 from simfl.neural.partition import IID, Dirichlet, LogNormalSizes, Natural, Partition, Shards

@@ -4,7 +4,7 @@
 :mod:`simfl.neural.text`; :mod:`simfl.neural.own_data`: your own tensors), a partition
 (:mod:`simfl.neural.partition`), a model (any ``torch.nn.Module`` factory,
 :class:`~simfl.neural.module.Model`, or a paper network ``MLP(...)``/``CNN(...)``) and an
-:class:`~simfl.neural.module.Objective` (loss and metrics, with defaults for classification,
+:class:`~simfl.neural.objective.Objective` (loss and metrics, with defaults for classification,
 next-token prediction and regression). :class:`ImageClassification` is the same task with
 image defaults (scikit-learn's digits, FedRep's shards and MLP).
 
@@ -41,7 +41,8 @@ from simfl._checks import check_int
 from simfl.neural.data import DataSource
 from simfl.neural.datasets import Digits
 from simfl.neural.models import MLP, ModelSpec, Net
-from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective, as_model
+from simfl.neural.module import Model, ModelCheckError, ModuleNet, as_model
+from simfl.neural.objective import Objective
 from simfl.neural.partition import Natural, Partition, Shards
 from simfl.rng import Streams
 from simfl.tasks.base import Task

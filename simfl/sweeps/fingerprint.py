@@ -39,6 +39,7 @@ _FORMER_MODULES = {
     "simfl.fleet.devices": "simfl.fleet",
     "simfl.fleet.traces": "simfl.traces",
     "simfl.neural.datasets": "simfl.neural.data",
+    "simfl.neural.objective": "simfl.neural.module",
     "simfl.neural.own_data": "simfl.neural.data",
     "simfl.network.flows": "simfl.flows",
     "simfl.network.payload": "simfl.network",
