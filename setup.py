@@ -1,4 +1,4 @@
-"""Build: simfl's hot pure-Python modules compiled with mypyc where this machine can (issue 13).
+"""Build: simfl's hot pure-Python modules compiled with mypyc where this machine can.
 
 The shared links' arithmetic (``simfl/network/sharing.py``), the flow networks
 (``simfl/engine/links.py``) and the flow-round loop (``simfl/engine/flowround.py``) are plain,

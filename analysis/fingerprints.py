@@ -20,11 +20,10 @@ The last bits depend on the CPU's vector instructions (NumPy's SIMD dispatch of 
 ``exp``, OpenBLAS's kernels, torch's), so fingerprints are recorded per *kind of CPU*
 (:func:`cpu_kind`: the SIMD levels NumPy dispatches to and OpenBLAS's kernel architecture)
 and compared only on the kind they were recorded on. The first set was written on an AVX2
-machine (an AMD EPYC, which the benchmark suite's results name); on an AVX-512 one (an Intel
-Xeon, 2026-12-03) 72 of its 75 cases differed for the same code, and with
+machine; on an AVX-512 one 72 of its 75 cases differ for the same code, and with
 ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Zen`` (or
-``Haswell``) 74 agreed (``neural-fedrep-digits``, whose matrix products are torch's, still
-differed), so the first set is filed under the kind those settings report (with ``Zen`` too:
+``Haswell``) 74 agree (``neural-fedrep-digits``, whose matrix products are torch's, still
+differs), so the first set is filed under the kind those settings report (with ``Zen`` too:
 ``openblas Haswell``). A machine whose kind has no set of its own is compared with the set of
 its NumPy SIMD levels, if exactly one is recorded (OpenBLAS may name its kernels otherwise
 on the same instructions). ``--write`` replaces the
@@ -489,7 +488,7 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
     c["neural-fedrep-digits"] = neural_case
 
     def neural_unequal(partial: bool) -> Case:
-        """Unequal clients (log-normal sizes): steps some clients sit out (issue 13)."""
+        """Unequal clients (log-normal sizes): steps some clients sit out."""
         import torch
 
         from simfl import neural
@@ -509,7 +508,7 @@ def _catalogue() -> dict[str, Callable[[], Case]]:
     c["neural-fedprox-lognormal-digits"] = lambda: neural_unequal(False)
     c["neural-fedprox-lognormal-partial-digits"] = lambda: neural_unequal(True)
 
-    # ---- the catalogue's policies and partial work (issue 17)
+    # ---- the catalogue's policies and partial work
     fedat = policies.FedAT(tiers=3, count=4)
     c["t-fedat"] = lambda: (timing(fedat, dropout_rate=0.05), {})
     c["t-fedat-proc"] = lambda: (timing(fedat, dropout_rate=0.05), {"batched": False})

@@ -320,7 +320,7 @@ def run_cases(
     return out
 
 
-#: Unequal client sizes (issue 13): the partitions of the sit-out measurement.
+#: Unequal client sizes: the partitions of the sit-out measurement.
 UNEQUAL = {
     "log-normal sizes (sigma 1)": LogNormalSizes(1.0),
     "Dirichlet(0.5) labels": Dirichlet(0.5),

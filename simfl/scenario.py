@@ -108,7 +108,7 @@ class Scenario:
     name
         Label used in summaries and output directories.
     network
-        How devices reach the server (:class:`~simfl.topology.Network`: shared links, edge
+        How devices reach the server (:class:`~simfl.network.Network`: shared links, edge
         servers); ``None``: every device has a private link given by the fleet's columns.
     """
 

@@ -80,3 +80,24 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
 def test_usage_error_exits():
     with pytest.raises(SystemExit):
         main([])
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ([], "docs/cli.md"),
+        (["run"], "--pick"),
+        (["sweep"], "Runs already in the store are skipped"),
+        (["tune"], "Knobs are dataclass paths"),
+        (["report"], "index.html"),
+        (["show"], "summary of a saved results directory"),
+        (["store"], "prune: Set aside"),
+        (["store", "check"], "--repair moves them"),
+        (["store", "prune"], "never deleted"),
+    ],
+)
+def test_help_says_what_each_command_does(argv, said, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--help"])
+    assert stop.value.code == 0
+    assert said in " ".join(capsys.readouterr().out.split())

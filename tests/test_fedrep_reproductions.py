@@ -1,4 +1,4 @@
-"""Reduced runs of the FedRep reproductions (issue 16): Theorem 1's contraction, Fig. 5 (local
+"""Reduced runs of the FedRep reproductions: Theorem 1's contraction, Fig. 5 (local
 epochs) and Table 1 with a CNN. Full size: analysis/fedrep_theorem1.py, analysis/fedrep_fig5.py,
 analysis/neural_table1_cnn.py."""
 

@@ -5,8 +5,7 @@ written: at the top, inside a function (a lazy import) or under ``if TYPE_CHECKI
 type-only import). The layers, low to high (a module may import its own layer and lower ones):
 
     0 low        _checks, rng, dists, outcome
-    1 world      fleet, network, tasks (and the README-era re-exports availability, topology,
-                 traces)
+    1 world      fleet, network, tasks
     2 math       algorithms, neural
     3 policies   policies
     4 run model  scenario, results
@@ -18,6 +17,10 @@ type-only import). The layers, low to high (a module may import its own layer an
 from __future__ import annotations
 
 import ast
+import io
+import itertools
+import re
+import tokenize
 from pathlib import Path
 
 import networkx as nx
@@ -34,9 +37,6 @@ LAYERS = {
     "fleet": 1,
     "network": 1,
     "tasks": 1,
-    "availability": 1,
-    "topology": 1,
-    "traces": 1,
     "algorithms": 2,
     "neural": 2,
     "policies": 3,
@@ -144,8 +144,8 @@ def test_layers_point_one_way(module: str):
 def test_top_level_stays_small():
     top = sorted(p.name for p in ROOT.glob("*.py"))
     # the layout: subpackages for fleet, network, engine, policies, algorithms, tasks, neural,
-    # sweeps and report; at most about 12 top-level modules (three of them README re-exports)
-    assert len(top) <= 13, top
+    # sweeps and report; at most about 10 top-level modules
+    assert len(top) <= 10, top
 
 
 def test_the_engine_knows_policy_families_not_policies():
@@ -163,3 +163,169 @@ def test_the_engine_knows_policy_families_not_policies():
             if isinstance(node, ast.Name | ast.Attribute):
                 ident = node.id if isinstance(node, ast.Name) else node.attr
                 assert ident not in concrete, (name, ident)
+
+
+# Modules that still read private members of other modules' objects, kept out of
+# test_no_module_reads_another_modules_private_members until the engine's flows package
+# replaces them. TEMPORARY: removed when merged.
+PRIVATE_READS_EXEMPT = {
+    "simfl/engine/flowround.py",
+    "simfl/engine/links.py",
+    "simfl/engine/async_planned.py",
+}
+
+# Private names of other libraries that simfl reads, each with why no public name does.
+FOREIGN_PRIVATE_ALLOWED = {
+    "os._exit": "documented API: leaves a forked child at once, without the parent's clean-up",
+    "pool._processes": "concurrent.futures.ProcessPoolExecutor exposes no handle to its "
+    "worker processes, and killing them is the only way to stop runs in flight at once",
+    "torch._C": "the path to torch._C._functorch, below",
+    "torch._C._functorch": "is_batchedtensor: torch has no public test for a tensor under vmap",
+    "nn.modules.batchnorm._NormBase": "torch has no public base class of its batch and instance "
+    "norm layers (lazy and sync variants included); FedBN's local layers are all of them",
+    "nn.modules.instancenorm._InstanceNorm": "as _NormBase: the base of InstanceNorm1d/2d/3d "
+    "and their lazy variants",
+    "nn.modules.dropout._DropoutNd": "torch has no public base class of its dropout layers",
+}
+
+
+def _private_reads(path: Path) -> list[tuple[int, str]]:
+    """``x._name`` reads (``x`` not ``self``/``cls``) of a ``_name`` the module does not define.
+
+    Defined means a ``def``/``class`` of that name, a name assigned at any level, or an
+    attribute assigned as ``self._name``/``cls._name``.
+    """
+    tree = ast.parse(path.read_text(), str(path))
+    defined: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            defined.add(node.attr)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__") or name in defined:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_module_reads_another_modules_private_members():
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT.parent).as_posix()
+        if where in PRIVATE_READS_EXEMPT:
+            continue
+        bad += [
+            f"{where}:{line}: {text}"
+            for line, text in _private_reads(path)
+            if text not in FOREIGN_PRIVATE_ALLOWED
+        ]
+    assert not bad, "private members read from outside their module:\n" + "\n".join(bad)
+
+
+def test_the_private_reads_scan_finds_them(tmp_path: Path):
+    file = tmp_path / "m.py"
+    file.write_text(
+        "class A:\n"
+        "    def __init__(self):\n"
+        "        self._mine = 1\n"
+        "    def same(self, other):\n"
+        "        return other._mine + self._theirs + len(self.__dict__)\n"
+        "def f(net, env):\n"
+        "    env._now = 3\n"
+        "    return net._free, net.inner._link\n"
+    )
+    assert _private_reads(file) == [(7, "env._now"), (8, "net._free"), (8, "net.inner._link")]
+
+
+# Files whose comments and docstrings other helpers rewrite (the engine and the shared links).
+# TEMPORARY: removed when merged.
+HISTORY_EXEMPT = {"simfl/network/sharing.py"}
+HISTORY_EXEMPT_UNDER = "simfl/engine/"
+
+#: Words that tell history rather than what the code is: an issue, a stop, a machine.
+HISTORY = re.compile(r"\bissue\s*#?\d+|\bstop\s+\d+|\b(epyc|xeon)\b", re.IGNORECASE)
+
+
+def _history(text: str) -> list[tuple[int, str]]:
+    return [
+        (i, line.strip()) for i, line in enumerate(text.splitlines(), 1) if HISTORY.search(line)
+    ]
+
+
+def _python_words(path: Path) -> list[tuple[int, str]]:
+    """The lines of the comments and docstrings of a Python file that name history."""
+    source = path.read_text()
+    found = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT and HISTORY.search(tok.string)
+    ]
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = node.body[0] if node.body else None
+            if (
+                isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                found += [(doc.lineno + i - 1, line) for i, line in _history(doc.value.value)]
+    # attribute docstrings (a string right after an assignment) and #: comments count too
+    for node in ast.walk(ast.parse(source, str(path))):
+        for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
+            if not isinstance(body, list):
+                continue
+            for before, after in itertools.pairwise(body):
+                if (
+                    isinstance(before, ast.Assign | ast.AnnAssign)
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
+                    found += [
+                        (after.lineno + i - 1, line) for i, line in _history(after.value.value)
+                    ]
+    return sorted(set(found))
+
+
+def test_no_comment_or_docstring_names_an_issue_a_stop_or_a_machine():
+    docs = ROOT.parent / "docs"
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT.parent).as_posix()
+        if where in HISTORY_EXEMPT or where.startswith(HISTORY_EXEMPT_UNDER):
+            continue
+        bad += [f"{where}:{line}: {text}" for line, text in _python_words(path)]
+    for path in sorted(docs.glob("*.md")):
+        where = path.relative_to(ROOT.parent).as_posix()
+        bad += [f"{where}:{line}: {text}" for line, text in _history(path.read_text())]
+    assert not bad, "history in comments, docstrings or docs (it goes to CHANGELOG.md):\n" + (
+        "\n".join(bad)
+    )
+
+
+def test_the_history_scan_finds_it(tmp_path: Path):
+    file = tmp_path / "m.py"
+    file.write_text(
+        '"""Faster since issue 13."""\n'
+        "X = 1  # measured on the EPYC\n"
+        "def f():\n"
+        '    """Stop 29 moved this here."""\n'
+        'LIMIT = "issue 4 is data, not a comment"\n'
+        "def g():\n"
+        '    """Issue a stop signal; 2 stops."""\n'
+    )
+    assert [line for line, _ in _python_words(file)] == [1, 2, 4]

@@ -31,7 +31,7 @@ from simfl.neural import (
     Natural,
     Shards,
 )
-from simfl.neural.data import FASHION_MNIST_DIR, read_idx
+from simfl.neural.datasets import FASHION_MNIST_DIR, read_idx
 from simfl.neural.partition import match_test
 
 

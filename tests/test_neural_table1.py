@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import neural_table1  # noqa: E402
 
 from simfl.neural import Digits, FashionMNIST  # noqa: E402
-from simfl.neural.data import FASHION_MNIST_DIR  # noqa: E402
+from simfl.neural.datasets import FASHION_MNIST_DIR  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

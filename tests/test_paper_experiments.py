@@ -1,4 +1,4 @@
-"""Issue 16's paper experiments at reduced size: each script's ``--quick`` run, its numbers.
+"""The paper experiments at reduced size: each script's ``--quick`` run, its numbers.
 
 Every script runs end to end (``--quick``), writes its figure and its results file into a
 temporary directory, and the numbers in that file are held against the paper's claims or

@@ -118,12 +118,12 @@ def _reports(item, report):
 def test_inline_passes_reports_on_throttled(monkeypatch):
     got: list[tuple[int, float]] = []
     items = [(0.25, 0.5, 1.0), (0.5, 1.0)]
-    monkeypatch.setattr(executors, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(executors.base, "PROGRESS_EVERY", 0.0)
     out = list(Inline().map_reporting(_reports, items, progress=lambda i, s: got.append((i, s))))
     assert out == [(0, 3), (1, 2)]
     assert got == [(0, 0.25), (0, 0.5), (0, 1.0), (1, 0.5), (1, 1.0)]
     got.clear()
-    monkeypatch.setattr(executors, "PROGRESS_EVERY", 1e9)  # only the first report of each
+    monkeypatch.setattr(executors.base, "PROGRESS_EVERY", 1e9)  # only the first report of each
     list(Inline().map_reporting(_reports, items, progress=lambda i, s: got.append((i, s))))
     assert got == [(0, 0.25), (1, 0.5)]
 
@@ -141,7 +141,7 @@ def _report_then_wait(item, report):
 
 
 def test_processes_carry_reports_from_the_workers(tmp_path, monkeypatch):
-    monkeypatch.setattr(executors, "PROGRESS_EVERY", 0.01)
+    monkeypatch.setattr(executors.base, "PROGRESS_EVERY", 0.01)
     items = [(str(tmp_path / f"seen-{i}"), share) for i, share in enumerate((0.25, 0.5, 0.75))]
     got: dict[int, float] = {}
 
@@ -177,7 +177,7 @@ def test_an_executor_without_reports_gives_none():
 
 
 def test_the_sweep_bar_counts_the_share_of_the_runs_in_flight(bars, monkeypatch):
-    monkeypatch.setattr(executors, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(executors.base, "PROGRESS_EVERY", 0.0)
     cases = sweeps.grid(timing_scenario(rounds=4), seed=[0, 1])
     simfl.sweep(cases, executor="inline")
     bar = next(b for b in bars if b.total == 2)
@@ -201,7 +201,7 @@ class HalfwayGate(algorithms.FedRep):
 
 
 def test_a_processes_sweep_shows_a_run_half_done(bars, monkeypatch, tmp_path):
-    monkeypatch.setattr(executors, "PROGRESS_EVERY", 0.01)
+    monkeypatch.setattr(executors.base, "PROGRESS_EVERY", 0.01)
     flag = tmp_path / "half"
     sc = dataclasses.replace(tiny_linear(rounds=4), algorithm=HalfwayGate(flag=str(flag)))
     opened: list[float] = []

@@ -1,4 +1,4 @@
-"""The SRPFL reproductions of issue 3 at reduced size (full size: the scripts in analysis/)."""
+"""The SRPFL reproductions at reduced size (full size: the scripts in analysis/)."""
 
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
 """Results folders on disk: published whole, checked when read, and a CLI that says what failed.
 
-Each test reproduces one item of issue 14 ("Nothing lost, nothing silent"): a results folder is
+Each test holds one promise of "nothing lost, nothing silent": a results folder is
 never a mix of two saves, not even when its writer is SIGKILLed mid-save; ``simfl run`` checks
 its output path before the run; the CLI reports a user's mistake or a full disk in one line
 (exit status 2) and keeps tracebacks for bugs.
@@ -84,7 +84,7 @@ def no_run(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started before the output path was checked")
 
-    monkeypatch.setattr("simfl.cli.run", refuse)
+    monkeypatch.setattr("simfl.cli.commands.run.run", refuse)
 
 
 # ------------------------------------------------------------------ item 2: a whole folder
@@ -509,13 +509,14 @@ def test_unexpected_errors_keep_their_traceback(tmp_path, monkeypatch):
     def bug(*args: object, **kwargs: object) -> None:
         raise KeyError("an internal bug")
 
-    monkeypatch.setattr("simfl.cli.run", bug)
+    monkeypatch.setattr("simfl.cli.commands.run.run", bug)
     with pytest.raises(KeyError, match="an internal bug"):
         main(["run", str(_scenario_file(tmp_path)), "--out", str(tmp_path / "o"), "--quiet"])
 
     def reset(*args: object, **kwargs: object) -> None:
         raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
 
-    monkeypatch.setattr("simfl.cli.run", reset)  # not an error of the user's disk or input
+    # not an error of the user's disk or input
+    monkeypatch.setattr("simfl.cli.commands.run.run", reset)
     with pytest.raises(ConnectionResetError):
         main(["run", str(_scenario_file(tmp_path)), "--out", str(tmp_path / "o"), "--quiet"])

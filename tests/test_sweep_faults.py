@@ -398,7 +398,7 @@ def test_chaos_kills_at_random_moments_lose_and_duplicate_nothing(tmp_path):
 def test_a_worker_outlives_no_parent_without_prctl(tmp_path):
     """The watchdog (the fallback where the kernel cannot signal): the worker exits too."""
     child = (
-        "import sys, time; from simfl.sweeps.executors import _watch_parent; "
+        "import sys, time; from simfl.sweeps.executors.processes import _watch_parent; "
         "_watch_parent(int(sys.argv[1]), every=0.05); print('watching', flush=True); "
         "time.sleep(120)"
     )

@@ -77,8 +77,9 @@ def test_bad_thread_counts_are_refused(make, match):
 
 def test_the_cli_parses_threads_and_keeps_it_in_the_resume_command():
     from simfl import cli
+    from simfl.cli.commands.sweep import resume_command
 
     args = cli.parser().parse_args(["sweep", "s.py", "--workers", "2", "--threads", "1"])
     assert args.threads == 1
-    line = cli._resume_command(args, "runs/x")
+    line = resume_command(args, "runs/x")
     assert "--workers 2" in line and "--threads 1" in line

@@ -20,8 +20,8 @@ Every run of a timing-only scenario must end, with everything it did recorded:
    stop reason is one of the timing-only reasons, the number of rounds is bounded (see
    :func:`check_round_bound`) and every row is well formed.
 
-Before the engine rewrite (issue 12) the first two hung or raised SimPy's "No scheduled events
-left" error, and the overflowing durations crashed one path. Every run goes through
+The first two are where an event loop can hang or raise SimPy's "No scheduled events left"
+error, and overflowing durations can crash a path. Every run goes through
 :func:`run_guarded`, a wall-clock safety net (``SIGALRM``, Linux) that turns a hang into a
 test failure.
 """

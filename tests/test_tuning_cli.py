@@ -18,6 +18,7 @@ pytest.importorskip("optuna")
 import simfl
 from simfl import cli, tuning
 from simfl.cli import main
+from simfl.cli.commands.tune import resume_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -304,7 +305,7 @@ def test_the_resume_command_keeps_every_flag():
     argv += ["--seeds", "0-3", "--trials", "9", "--no-fresh", "--study", "s", "--search-seed"]
     argv += ["7", "--no-prune", "--executor", "processes", "--workers", "2", "--threads", "1"]
     args = cli.parser().parse_args(argv)
-    line = cli._tune_command(args, "runs/t")
+    line = resume_command(args, "runs/t")
     again = cli.parser().parse_args(shlex.split(line)[1:])
     assert vars(again) == {**vars(args), "store": "runs/t", "quiet": False}
 

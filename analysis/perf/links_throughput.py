@@ -1,4 +1,4 @@
-"""Shared links (issue 13, targets 2 and 7): timing-only rounds over a shared network.
+"""Shared links (the suite's link targets): timing-only rounds over a shared network.
 
 Synchronous rounds of timing-only jobs (100 kB each way, Exp(1) compute) from a fleet whose
 access links are unequal (uniform 0.1 to 1 MB/s up, four times that down), device-jobs

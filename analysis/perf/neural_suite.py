@@ -1,4 +1,4 @@
-"""The neural targets of the benchmark suite (issue 13): W2, cohort batching, threads, GPU.
+"""The neural targets of the benchmark suite: W2, cohort batching, threads, GPU.
 
     python analysis/perf/neural_suite.py [--quick] [--run-w2 [--repeats 3]]
         [--side-by-side PFL_PYTHON]

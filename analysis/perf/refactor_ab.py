@@ -8,7 +8,7 @@ the median per tree and the ratio new / old, and writes ``results/refactor_ab.js
     python analysis/perf/refactor_ab.py --old /tmp/simfl-old [--repeats 5] [--quick]
 
 Both trees must accept the workloads' public API (``simfl.run``, ``Scenario``, ``Fleet``,
-``policies``, ``algorithms``, ``tasks``, ``simfl.availability``, ``simfl.topology``).
+``policies``, ``algorithms``, ``tasks``, ``simfl.fleet.Availability``, ``simfl.network.Network``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 import numpy as np
 import simfl
 from simfl import Fleet, Scenario, algorithms, dists, policies, tasks
-from simfl.availability import Availability
-from simfl.topology import Network
+from simfl.fleet import Availability
+from simfl.network import Network
 Q = {quick}
 def timing(policy, n=10_000, rounds=2000, **kw):
     return Scenario(task=None, algorithm=algorithms.TimingOnly(),

@@ -16,7 +16,7 @@ avail. throughput under on/off availability, abort and pause, against bare SimPy
    (``availability_throughput.py``).
 links. shared links against bare SimPy, and one round of 10,000 devices
    (``links_throughput.py``).
-neural. issue 13's neural targets (``neural_suite.py``): W2 against the fastest peer (from the
+neural. the neural targets (``neural_suite.py``): W2 against the fastest peer (from the
    recorded ``bench.py`` rows), batched vs one-by-one cohort training, worker threads, GPU.
 
 Each prints the median of repeated, interleaved runs; all rows go to ``results/suite.json``

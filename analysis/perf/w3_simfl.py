@@ -72,7 +72,8 @@ from simfl import Fleet, Scenario, dists, policies  # noqa: E402
 from simfl.neural import SGD, ImageClassification, Model, NeuralFedAvg, NeuralState  # noqa: E402
 from simfl.neural.base import GMAC  # noqa: E402
 from simfl.neural.data import Dataset  # noqa: E402
-from simfl.neural.module import ModuleNet, Objective  # noqa: E402
+from simfl.neural.module import ModuleNet  # noqa: E402
+from simfl.neural.objective import Objective  # noqa: E402
 from simfl.neural.task import ClientImages  # noqa: E402
 from simfl.rng import Streams  # noqa: E402
 

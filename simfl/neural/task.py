@@ -1,11 +1,12 @@
 """Supervised learning on data split over the clients of the fleet: any data, any module.
 
-:class:`Supervised` names a data source (:mod:`simfl.neural.data`: images, text, your own
-tensors), a partition (:mod:`simfl.neural.partition`), a model (any ``torch.nn.Module``
-factory, :class:`~simfl.neural.module.Model`, or a paper network ``MLP(...)``/``CNN(...)``)
-and an :class:`~simfl.neural.module.Objective` (loss and metrics, with defaults for
-classification, next-token prediction and regression). :class:`ImageClassification` is the
-same task with image defaults (scikit-learn's digits, FedRep's shards and MLP).
+:class:`Supervised` names a data source (:mod:`simfl.neural.datasets`: images;
+:mod:`simfl.neural.text`; :mod:`simfl.neural.own_data`: your own tensors), a partition
+(:mod:`simfl.neural.partition`), a model (any ``torch.nn.Module`` factory,
+:class:`~simfl.neural.module.Model`, or a paper network ``MLP(...)``/``CNN(...)``) and an
+:class:`~simfl.neural.objective.Objective` (loss and metrics, with defaults for classification,
+next-token prediction and regression). :class:`ImageClassification` is the same task with
+image defaults (scikit-learn's digits, FedRep's shards and MLP).
 
 Binding it to a fleet (:meth:`Supervised.build`) loads the data (cached per process), splits
 the training pool over the ``n`` clients (client ``i`` lives on device ``i``) with the run's
@@ -37,9 +38,11 @@ import torch
 from numpy.typing import NDArray
 
 from simfl._checks import check_int
-from simfl.neural.data import DataSource, Digits
+from simfl.neural.data import DataSource
+from simfl.neural.datasets import Digits
 from simfl.neural.models import MLP, ModelSpec, Net
-from simfl.neural.module import Model, ModelCheckError, ModuleNet, Objective, as_model
+from simfl.neural.module import Model, ModelCheckError, ModuleNet, as_model
+from simfl.neural.objective import Objective
 from simfl.neural.partition import Natural, Partition, Shards
 from simfl.rng import Streams
 from simfl.tasks.base import Task
@@ -113,7 +116,7 @@ class Supervised(Task):
     Parameters
     ----------
     dataset
-        Where the samples come from (:mod:`simfl.neural.data`).
+        Where the samples come from (a :class:`~simfl.neural.data.DataSource`).
     partition
         How the training pool is split (default: the data set's own groups, ``Natural()``).
     model

@@ -13,7 +13,7 @@ Learning", ICC 2020), with one edge aggregation per cloud round. Each round:
 4. the cloud aggregates when every edge has reported, or at ``deadline`` (the devices behind an
    edge that has not reported in time are then ``late``).
 
-Needs a :class:`~simfl.topology.Network` with edge servers (``Network.hierarchical`` or a graph).
+Needs a :class:`~simfl.network.Network` with edge servers (``Network.hierarchical`` or a graph).
 The math is the algorithm's own ``aggregate`` over every device update that reached the cloud
 through its edge: for algorithms that aggregate by a (weighted) mean, which all of simfl's do,
 summing at the edges first gives exactly the same model; only the time and the bytes on the

@@ -548,7 +548,7 @@ def _mostly_empty(store: Store, chosen: Choice) -> pd.DataFrame:
     for run_id, name in series.items():
         record = chosen.records[str(run_id)]
         try:
-            meta = store._meta(record)
+            meta = store.run_meta(record)
         except (OSError, ValueError):
             meta = {}
         empty, total = _count(meta.get("empty_rounds")), _count(record.get("n_rounds"))

@@ -316,7 +316,7 @@ class Store:
             if record["status"] != "done" and not (failed and record.get("has_results")):
                 continue
             try:
-                rows, meta = self._table(record, "rounds"), self._meta(record)
+                rows, meta = self._table(record, "rounds"), self.run_meta(record)
             except StoreError as exc:
                 bad.append(bad_run(self.runs_dir / record["run_id"], exc))
                 continue
@@ -364,7 +364,7 @@ class Store:
         record = self.record(run_id)
         if record is None:
             raise ValueError(f"run {run_id!r} is not in {self.path}")
-        meta = self._meta(record)
+        meta = self.run_meta(record)
         rounds, clients = self._table(record, "rounds"), self._table(record, "clients")
         return Results.from_tables(rounds, clients, meta)
 
@@ -382,7 +382,7 @@ class Store:
     def _table(self, record: dict[str, Any], name: str) -> pd.DataFrame:
         """A verified Parquet table of a run (checked against its ``meta.json``)."""
         folder = self.runs_dir / record["run_id"]
-        manifest = self._meta(record, manifest=True).get(MANIFEST)
+        manifest = self.run_meta(record, manifest=True).get(MANIFEST)
         data = read_table(folder, f"{name}.parquet", manifest)
         try:
             return pd.read_parquet(io.BytesIO(data))
@@ -390,8 +390,8 @@ class Store:
             path = folder / f"{name}.parquet"
             raise StoreError(path, f"is not a readable Parquet file ({exc})") from None
 
-    def _meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:
-        """The verified ``meta.json`` of a run (with its manifest if ``manifest``)."""
+    def run_meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:
+        """The verified ``meta.json`` of a stored run (with its manifest if ``manifest``)."""
         meta = read_json(
             self.runs_dir / record["run_id"] / "meta.json", sha=record.get("meta_sha256")
         )
@@ -736,5 +736,5 @@ class MemoryStore(Store):
         frame: pd.DataFrame = getattr(self._results[record["run_id"]], name)
         return frame.copy()
 
-    def _meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:
+    def run_meta(self, record: dict[str, Any], *, manifest: bool = False) -> dict[str, Any]:  # noqa: D102
         return self._results[record["run_id"]].meta
