@@ -260,10 +260,21 @@ HISTORY_EXEMPT_UNDER = "simfl/engine/"
 HISTORY = re.compile(r"\bissue\s*#?\d+|\bstop\s+\d+|\b(epyc|xeon)\b", re.IGNORECASE)
 
 
+#: a docs page's generated block: rendered from a results file by analysis/docs_tables.py (what
+#: a measurement recorded, such as the machine it ran on, or a paper repository's issue it cites)
+GENERATED = re.compile(r"^<!-- ([\w-]+):begin -->$(.*?)^<!-- \1:end -->$", re.MULTILINE | re.DOTALL)
+
+
 def _history(text: str) -> list[tuple[int, str]]:
     return [
         (i, line.strip()) for i, line in enumerate(text.splitlines(), 1) if HISTORY.search(line)
     ]
+
+
+def _page_history(text: str) -> list[tuple[int, str]]:
+    """:func:`_history` of a docs page outside its generated blocks (lines keep their numbers)."""
+    prose = GENERATED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return _history(prose)
 
 
 def _python_words(path: Path) -> list[tuple[int, str]]:
@@ -311,7 +322,7 @@ def test_no_comment_or_docstring_names_an_issue_a_stop_or_a_machine():
         bad += [f"{where}:{line}: {text}" for line, text in _python_words(path)]
     for path in sorted(docs.glob("*.md")):
         where = path.relative_to(ROOT.parent).as_posix()
-        bad += [f"{where}:{line}: {text}" for line, text in _history(path.read_text())]
+        bad += [f"{where}:{line}: {text}" for line, text in _page_history(path.read_text())]
     assert not bad, "history in comments, docstrings or docs (it goes to CHANGELOG.md):\n" + (
         "\n".join(bad)
     )
@@ -329,3 +340,14 @@ def test_the_history_scan_finds_it(tmp_path: Path):
         '    """Issue a stop signal; 2 stops."""\n'
     )
     assert [line for line, _ in _python_words(file)] == [1, 2, 4]
+
+
+def test_the_page_scan_skips_only_generated_blocks():
+    page = (
+        "Faster since stop 29.\n"
+        "<!-- perf:begin -->\n"
+        "Measured on: AMD EPYC\n"
+        "<!-- perf:end -->\n"
+        "The Xeon was slower.\n"
+    )
+    assert [line for line, _ in _page_history(page)] == [1, 5]
