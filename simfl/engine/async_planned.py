@@ -118,24 +118,6 @@ class _Block:
 class PlannedAsyncLoop:
     """The asynchronous server loop of a planned run (see the module docstring)."""
 
-    @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
-        """Whether this loop can play ``policy`` in ``run`` (else :class:`AsyncLoop` does).
-
-        A batched run of a policy whose picks can be drawn ahead
-        (:meth:`~simfl.policies.AsyncPolicy.first_picks`) and that learns nothing while the run
-        goes on: one that overrides :meth:`~simfl.policies.AsyncPolicy.start` or
-        :meth:`~simfl.policies.AsyncPolicy.observe` may pick from what it observed, which picks
-        drawn a block ahead cannot follow.
-        """
-        cls = type(policy)
-        return (
-            run.batched
-            and cls.start is AsyncPolicy.start
-            and cls.observe is AsyncPolicy.observe
-            and policy.first_picks(run.view, 0, 0) is not None
-        )
-
     def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         self.run = run
         self.policy = policy

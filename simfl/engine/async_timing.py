@@ -106,18 +106,6 @@ def _device(code: int) -> int:
 class TimingAsyncLoop(PlannedAsyncLoop):
     """The asynchronous server loop of a timing-only planned run (see the module docstring)."""
 
-    @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
-        """Whether the run computes nothing and :class:`PlannedAsyncLoop` could play it."""
-        alg = type(run.algorithm)
-        return (
-            PlannedAsyncLoop.applies(run, policy)
-            and alg.inert
-            and alg.fixed_jobs
-            and run.lazy
-            and not run.metrics
-        )
-
     def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         super().__init__(run, policy)
         fleet, alg = run.fleet, run.algorithm

@@ -46,11 +46,8 @@ from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from simfl.algorithms.base import Updates
-from simfl.engine.flowround import applies as flow_rounds_apply
 from simfl.engine.jobs import JobPlan, plan_jobs
-from simfl.engine.links import FlowNetwork, Links, ReferenceFlowNetwork
-from simfl.engine.live import DeviceRuntime
-from simfl.engine.playback import Live, Planned, Playback, Resolved
+from simfl.engine.players import Jobs, build_jobs
 from simfl.fleet import AvailabilityCursor
 from simfl.fleet.energy import job_energy
 from simfl.network import transfer_seconds
@@ -93,11 +90,9 @@ class RunContext:
         lazy: bool,
         progress: Progress,
         on_error: str,
-        batched: bool = True,
         reference_links: bool = False,
     ) -> None:
         self.scenario = scenario
-        self.reference_links = reference_links
         self.lazy = lazy
         self.on_error = on_error
         self.env = simpy.Environment()
@@ -134,19 +129,8 @@ class RunContext:
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
-        self.network: Links | None = None
-        self.playback = self._playback(scenario, batched)
-        #: Play synchronous rounds without job events where the playback is planned.
-        self.batched = batched and self.playback.planned
-        #: Play flat synchronous rounds without job events from their jobs' resolved events.
-        self.resolved = isinstance(self.playback, Resolved)
-        #: Play flat synchronous rounds on shared links without job processes (a clock).
-        self.flow_rounds = (
-            batched
-            and scenario.network is not None
-            and isinstance(self.playback, Live)
-            and flow_rounds_apply(scenario.network.kind, self.network, self.playback.devices)
-        )
+        #: How one job unfolds: its shared network and live job processes, where it has them.
+        self.jobs: Jobs = build_jobs(self.env, scenario, self.cursor, reference_links)
         self.view = PolicyView(self)
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)
@@ -154,30 +138,6 @@ class RunContext:
         self.initial_metrics: dict[str, float] = (
             self.algorithm.evaluate(self.state, self.data) if self.metrics else {}
         )
-
-    def _playback(self, scenario: Scenario, batched: bool) -> Playback:
-        """The run's job playback: planned unless devices go offline or share links.
-
-        Availability on private links is resolved from the plans, unless ``batched`` is
-        ``False`` (the straightforward path: every job a live process).
-        """
-        fleet = scenario.fleet
-        if scenario.network is None and self.cursor is None:
-            return Planned(self.env, fleet, None)
-        links = None
-        path_latency = None
-        if scenario.network is not None:
-            topology = scenario.network.build(
-                fleet.bandwidth_down, fleet.bandwidth_up, fleet.latency
-            )
-            links_class = ReferenceFlowNetwork if self.reference_links else FlowNetwork
-            self.network = links_class(self.env, topology)
-            links = topology.device_links()
-            path_latency = topology.path_latency
-        devices = DeviceRuntime(self.env, self.cursor, fleet.offline, self.network, path_latency)
-        if batched and self.network is None:
-            return Resolved(self.env, fleet, devices)
-        return Live(self.env, fleet, links, devices, self.network)
 
     # ----------------------------------------------------------------- jobs
     def plan(self, devices: NDArray[np.int64], *, key: int, stage: int) -> JobPlan:
@@ -195,7 +155,7 @@ class RunContext:
             work=self.algorithm.work(self.state, devices),
             payload=self.algorithm.payload(self.state),
             streams=self.streams,
-            links=self.playback.links,
+            links=self.jobs.links,
         )
 
     def online(self) -> NDArray[np.int64]:
@@ -250,7 +210,7 @@ class RunContext:
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """:meth:`record_jobs`, returning the bytes each job moved down and up."""
         n = plan.size
-        down, comp, up, b_down, b_up = self.playback.split(plan, status, t_end)
+        down, comp, up, b_down, b_up = self.jobs.split(plan, status, t_end)
         if staleness is None:
             staleness = np.where(status == ARRIVED, 0.0, np.nan)
         rounds = np.asarray(round, dtype=np.int64)
@@ -636,7 +596,7 @@ class PolicyView:
         ctx = self._ctx
         devices = np.asarray(devices, dtype=np.int64)
         fleet = ctx.fleet
-        links = ctx.playback.links
+        links = ctx.jobs.links
         if links is None:
             latency, bw_down, bw_up = (
                 fleet.latency[devices],
