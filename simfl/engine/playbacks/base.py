@@ -164,4 +164,3 @@ class Playback:
         if reason:
             out[str(reason)] = out.get(str(reason), 0) + 1
         return out
-

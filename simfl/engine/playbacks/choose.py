@@ -109,9 +109,7 @@ class Setting:
 PLAYBACKS: tuple[tuple[type[Playback], Callable[[Setting], bool], str], ...] = (
     (
         TimingPlayback,
-        lambda s: (
-            s.batched and s.planned and s.asynchronous and s.predrawn and s.computes_nothing
-        ),
+        lambda s: s.batched and s.planned and s.asynchronous and s.predrawn and s.computes_nothing,
         "private links, always online, an asynchronous policy drawing its picks ahead, "
         "nothing computed: plain numbers",
     ),
@@ -134,8 +132,7 @@ PLAYBACKS: tuple[tuple[type[Playback], Callable[[Setting], bool], str], ...] = (
     (
         ReferencePlayback,
         lambda s: True,
-        "every job a SimPy process (simfl.run(..., batched=False), and what nothing "
-        "faster plays)",
+        "every job a SimPy process (simfl.run(..., batched=False), and what nothing faster plays)",
     ),
 )
 
@@ -150,4 +147,3 @@ def choose(ctx: RunContext, *, batched: bool = True) -> Playback:
         if condition(setting):
             return cls(setting.jobs)
     raise AssertionError("the last playback always applies")  # pragma: no cover
-
