@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl.engine.async_planned import PlannedAsyncLoop, _set_clock, chunk_sums
+from simfl.engine.async_planned import PlannedAsyncLoop, chunk_sums
 from simfl.engine.asynchronous import STALL_JOBS
+from simfl.engine.clock import land
 from simfl.engine.jobs import JobPlan
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
@@ -447,14 +448,14 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         handled = self.records[-1:] + self.buffer[-1:] + self.ended[-1:]
         if heap and heap[0][1] in handled:  # interrupted before its entry was replaced
             heapq.heappop(heap)
-        _set_clock(self.env, t)
+        land(self.env, t)
 
     def _count(self, t: float, applied: int, advance: float) -> bool:
         """Count one aggregation at ``t`` for the stop rules (and progress); whether to stop."""
         run = self.run
         run.count_aggregation(applied, advance)
         if run.shows_progress:
-            _set_clock(self.env, t)
+            land(self.env, t)
             run.show_progress()
         return run.stop_reason is not None
 

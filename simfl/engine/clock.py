@@ -46,3 +46,24 @@ def sleep_until(env: simpy.Environment, t: float) -> Generator[Any, Any, None]:
     yield env.timeout(delay_below(env.now, t))
     if env.now < t:
         yield env.timeout(t - env.now)  # exact: now is within a few ulps of t
+
+
+def land(env: simpy.Environment, t: float) -> None:
+    """Move the clock to ``t`` (``>= now``) by stepping over a timeout that ends there.
+
+    For a server loop that is its run's only SimPy process and handles its jobs' instants
+    itself (:mod:`simfl.engine.async_planned`, :mod:`simfl.engine.async_timing`): nothing else
+    is scheduled before ``t``, so the step runs no other event. Such a loop lands the clock
+    only where something reads it (an aggregation, a policy's pick, the loop's end), not at
+    every instant it handles.
+    """
+    now = env.now
+    if t == now:
+        return
+    if env.peek() < t:
+        raise AssertionError(f"an event is scheduled before {t!r}: the clock cannot jump there")
+    env.timeout(delay_below(now, t))
+    env.step()
+    if env.now < t:  # a few ulps short (no delay lands on t): from there t - now is exact
+        env.timeout(t - env.now)
+        env.step()
