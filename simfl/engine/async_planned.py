@@ -481,21 +481,27 @@ class PlannedAsyncLoop:
         if self.done:
             return
         self.done = True
+        flying = sorted(entry[1] for entry in self.heap)
+        self._cancel(flying)
+        self.records += self.ended + self.buffer + flying
+        self.heap.clear()
+        self.buffer, self.ended = [], []
+        if self.records:
+            self._write(len(flying))
+
+    def _cancel(self, flying: list[int]) -> None:
+        """Mark the jobs in flight ended now, the buffered ones cancelled."""
         now = float(self.env.now)
-        flying = sorted(job for _, job in self.heap)
         for job in flying:
             self.t_end[job] = now
         for job in self.buffer:
             self.status[job] = CANCELLED
-        self.records += self.ended + self.buffer + flying
-        self.heap.clear()
-        self.buffer, self.ended = [], []
-        self._record()
 
-    def _record(self) -> None:
-        """Write every job row, in the order the reference loop records them."""
-        if not self.records:
-            return
+    def _write(self, n_flying: int) -> None:
+        """Write every job row, in the order the reference loop records them.
+
+        (The last ``n_flying`` records are the jobs in flight.)
+        """
         run = self.run
         rec = np.array(self.records, dtype=np.int64)
         table = [np.concatenate([c[f] for c in self.chunks]) for f in range(len(_PLAN_FIELDS))]
