@@ -27,8 +27,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from simfl._checks import check_bool, check_choice
-from simfl.engine.context import Progress, RunContext
+from simfl.engine.context import RunContext
 from simfl.engine.playbacks import Playback, ServerLoop, choose
+from simfl.engine.progress import Progress
 from simfl.engine.sync import SyncLoop
 from simfl.engine.tiered import TieredLoop
 from simfl.policies.base import AsyncPolicy, SyncPolicy, TieredPolicy
@@ -67,7 +68,7 @@ def run(
     update or metric: that round's ``status`` is ``diverged`` too), failed (``error``) or was
     ``interrupted``; :attr:`Results.ok <simfl.results.Results.ok>` is true only for ``ok``.
     ``meta["warnings"]`` lists what an ``ok`` run found worth a word: a stall although updates
-    arrived (see :mod:`simfl.engine.context`), more than half of its rounds empty
+    arrived (see :mod:`simfl.engine.stops`), more than half of its rounds empty
     (``meta["empty_rounds"]`` of ``meta["n_rounds"]``).
 
     Parameters

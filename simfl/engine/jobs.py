@@ -3,7 +3,7 @@
 A job is ``download -> compute -> upload``. Its stage durations and its dropout instant are
 functions of the keyed random streams, the fleet and the algorithm's work and payload, so they
 are planned for the whole cohort in one vectorised step; the SimPy processes in
-:mod:`simfl.engine.playback` then plays the plan out in simulated time.
+:mod:`simfl.engine.playbacks` then plays the plan out in simulated time.
 
 Dropouts: a device fails at rate ``dropout_rate`` per busy second. Because the exponential clock
 is memoryless, its time-to-failure can be drawn when the job starts and raced against the
