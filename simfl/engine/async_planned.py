@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.engine.asynchronous import STALL_JOBS
 from simfl.engine.clock import land
-from simfl.engine.jobs import JobPlan, resolution
+from simfl.engine.jobs import JobPlan, failure_clocks, resolution
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, Outcome
 from simfl.policies.base import AsyncPolicy
@@ -102,13 +102,7 @@ class _Block:
         self.keys: list[int] = keys.tolist()
         #: seconds per unit of work, and busy seconds until the device fails (keyed draws)
         self.draws = fleet.compute_draws(picks, round=keys, stage=0, streams=streams)
-        rate = fleet.dropout_rate[picks]
-        if rate.any():
-            u = streams.uniform("dropout", picks, keys)
-            with np.errstate(divide="ignore"):
-                self.fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
-        else:
-            self.fail_after = np.full(size, np.inf)
+        self.fail_after = failure_clocks(fleet, picks, keys, streams)
 
 
 class PlannedAsyncLoop:

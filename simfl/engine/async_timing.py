@@ -50,7 +50,7 @@ from numpy.typing import NDArray
 from simfl.engine.async_planned import PlannedAsyncLoop, chunk_sums
 from simfl.engine.asynchronous import STALL_JOBS
 from simfl.engine.clock import land
-from simfl.engine.jobs import JobPlan
+from simfl.engine.jobs import JobPlan, failure_clocks
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
 from simfl.policies.base import AsyncPolicy
@@ -171,12 +171,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         keys = np.repeat(known - lo, counts) + np.arange(rows.size)  # job index of each row
         fleet, streams = run.fleet, run.streams
         draws = fleet.compute_draws(rows, round=keys, stage=0, streams=streams)
-        fail = np.full(rows.size, np.inf)
-        rate = fleet.dropout_rate[rows]
-        if rate.any():
-            u = streams.uniform("dropout", rows, keys)
-            with np.errstate(divide="ignore"):
-                fail = np.where(rate > 0, -np.log(u) / rate, np.inf)
+        fail = failure_clocks(fleet, rows, keys, streams)
         with np.errstate(over="ignore", invalid="ignore"):
             compute = self.work[rows] * draws
             total = self.down[rows] + compute + self.up[rows]

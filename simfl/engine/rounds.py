@@ -27,7 +27,7 @@ from simfl.policies.base import RoundPlan
 if TYPE_CHECKING:
     from simfl.engine.context import RunContext
 
-__all__ = ["RoundState", "abandon_round", "start_round"]
+__all__ = ["RoundState", "abandon_round", "quota_close", "start_round"]
 
 
 class RoundState:
@@ -140,3 +140,19 @@ def start_round(
         plan = fit_work(plan, ctx.env.now, decision.deadline, steps)
     quota = plan.size if decision.quota is None else min(decision.quota, plan.size)
     return RoundState(ctx.env, plan, quota, key, stage), repeats
+
+
+def quota_close(
+    t_res: NDArray[np.float64], arrives: NDArray[np.bool_], quota: int
+) -> tuple[NDArray[np.int64], int] | None:
+    """Where the ``quota``-th arrival closes a round whose jobs resolve at ``t_res``.
+
+    Returns the order the jobs resolve in (by time, ties in job order: the order their
+    events fire in) and how many of them, in that order, resolve up to and including the
+    closing arrival; ``None`` when the quota cannot close the round before every job has
+    resolved.
+    """
+    if quota >= t_res.size or quota > int(arrives.sum()):
+        return None
+    order = np.argsort(t_res, kind="stable")
+    return order, int(np.flatnonzero(np.cumsum(arrives[order]) >= quota)[0]) + 1

@@ -19,6 +19,7 @@ from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.clock import landing_delay
 from simfl.engine.jobs import resolution
 from simfl.engine.playbacks.base import Playback, ServerLoop
+from simfl.engine.rounds import quota_close
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
 from simfl.policies.base import AsyncPolicy
 
@@ -52,13 +53,12 @@ class PlannedPlayback(Playback):
         after, arrives = resolution(plan)
         t_res = t0 + after  # when each job's timeout would fire
         order: NDArray[np.int64] | None = None
-        if rnd.quota >= plan.size or rnd.quota > int(arrives.sum()):
-            # the quota cannot close the round early: it closes when every job has resolved
+        closing = quota_close(t_res, arrives, rnd.quota)
+        if closing is None:  # the round closes when every job has resolved
             due = np.ones(plan.size, dtype=bool)
             t_close = float(t_res.max())
         else:  # over-selection: the quota-th arrival, in the order the timeouts would fire
-            order = np.argsort(t_res, kind="stable")
-            n_due = int(np.flatnonzero(np.cumsum(arrives[order]) >= rnd.quota)[0]) + 1
+            order, n_due = closing
             due = np.zeros(plan.size, dtype=bool)
             due[order[:n_due]] = True
             t_close = float(t_res[order[n_due - 1]])

@@ -20,6 +20,7 @@ from simfl.engine.jobs import JobPlan
 from simfl.engine.offline import Resolution, resolve
 from simfl.engine.playbacks.base import Playback
 from simfl.engine.players import LiveJobs
+from simfl.engine.rounds import quota_close
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, RUNNING
 
 if TYPE_CHECKING:
@@ -128,11 +129,12 @@ def _close(
     """
     t_res, arrives = res.t_end, res.arrives
     closer = -1  # the job whose arrival closes the round (-1: every job resolved, or deadline)
-    if quota >= t_res.size or quota > int(arrives.sum()):
+    closing = quota_close(t_res, arrives, quota)
+    if closing is None:  # every job resolves first
         t_close = float(t_res.max())
     else:  # the quota-th arrival, jobs resolving at one instant in job order
-        order = np.argsort(t_res, kind="stable")
-        closer = int(order[int(np.flatnonzero(np.cumsum(arrives[order]) >= quota)[0])])
+        order, n_due = closing
+        closer = int(order[n_due - 1])
         t_close = float(t_res[closer])
     late = False
     if deadline is not None and t0 + deadline <= t_close:  # any event at it is a tie
