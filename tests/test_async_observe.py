@@ -20,6 +20,7 @@ from simfl.engine.async_planned import PlannedAsyncLoop
 from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import RunContext
+from simfl.engine.playbacks import Playback, choose
 from simfl.outcome import STATUSES, Outcome
 from simfl.policies import View
 from tests.helpers import linear_scenario, timing_scenario
@@ -84,10 +85,10 @@ class Rotating(policies.FedBuff):
 def _capturing(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Keep every server loop the engine builds (to read its final policy state)."""
     loops: list[Any] = []
-    choose: Callable[[RunContext], Any] = engine._loop
+    build: Callable[[RunContext, Playback], Any] = engine._loop
 
-    def keep(ctx: RunContext) -> Any:
-        loops.append(choose(ctx))
+    def keep(ctx: RunContext, playback: Playback) -> Any:
+        loops.append(build(ctx, playback))
         return loops[-1]
 
     monkeypatch.setattr(engine, "_loop", keep)
@@ -100,7 +101,8 @@ def _example() -> Any:
 
 
 def _chosen(sc: Scenario) -> type:
-    return type(engine._loop(RunContext(sc, lazy=True, progress=False, on_error="record")))
+    ctx = RunContext(sc, lazy=True, progress=False, on_error="record")
+    return type(engine._loop(ctx, choose(ctx)))
 
 
 # ---------------------------------------------------------------- which loop plays it
@@ -124,9 +126,8 @@ def test_a_policy_that_learns_is_played_by_the_reference_loop() -> None:
                 progress=False,
                 on_error="record",
             )
-            assert not PlannedAsyncLoop.applies(ctx, policy)
-            assert not TimingAsyncLoop.applies(ctx, policy)
-            assert type(engine._loop(ctx)) is AsyncLoop
+            assert choose(ctx).name == "reference"
+            assert type(engine._loop(ctx, choose(ctx))) is AsyncLoop
 
 
 @pytest.mark.parametrize("make", [timing_scenario, linear_scenario])

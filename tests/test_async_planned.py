@@ -14,6 +14,7 @@ from simfl.engine import async_planned
 from simfl.engine.async_planned import PlannedAsyncLoop
 from simfl.engine.asynchronous import AsyncLoop
 from simfl.engine.context import RunContext
+from simfl.engine.playbacks import choose
 from simfl.policies import FedAsync, FedBuff
 from tests.helpers import Ledger, linear_scenario, timing_scenario
 
@@ -131,11 +132,14 @@ def test_the_fast_loop_is_chosen_only_for_planned_runs_with_the_base_pick() -> N
 
     sc = timing_scenario(n=10, policy=FedBuff(buffer_size=2, concurrency=3))
     ctx = RunContext(sc, lazy=True, progress=False, on_error="record")
-    assert PlannedAsyncLoop.applies(ctx, sc.policy)  # type: ignore[arg-type]
-    ref = RunContext(sc, lazy=True, progress=False, on_error="record", batched=False)
-    assert not PlannedAsyncLoop.applies(ref, sc.policy)  # type: ignore[arg-type]
+    assert isinstance(choose(ctx).async_loop(ctx, sc.policy), PlannedAsyncLoop)  # type: ignore[arg-type]
+    ref = RunContext(sc, lazy=True, progress=False, on_error="record")
+    assert choose(ref, batched=False).name == "reference"
     mine = MyPick(buffer_size=2, concurrency=3)
-    assert not PlannedAsyncLoop.applies(ctx, mine)
+    ctx = RunContext(
+        dataclasses.replace(sc, policy=mine), lazy=True, progress=False, on_error="record"
+    )
+    assert choose(ctx).name == "reference"
     res = run(dataclasses.replace(sc, policy=mine), progress=False)
     first = res.clients[res.clients["t_start"] == 0.0]
     assert sorted(first["device"]) == [0, 1, 2]  # the subclass's pick was used

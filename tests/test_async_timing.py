@@ -13,6 +13,7 @@ from simfl.engine import async_timing, asynchronous
 from simfl.engine.async_planned import PlannedAsyncLoop, chunk_sums
 from simfl.engine.async_timing import TimingAsyncLoop
 from simfl.engine.context import RunContext
+from simfl.engine.playbacks import choose
 from simfl.results import Recorder
 from tests.helpers import linear_scenario, timing_scenario
 
@@ -20,8 +21,9 @@ from tests.helpers import linear_scenario, timing_scenario
 def assert_same(sc: Scenario) -> pd.DataFrame:
     """Run ``sc`` on the timing loop and the SimPy loop; identical to the bit."""
     ctx = RunContext(sc, lazy=True, progress=False, on_error="record")
-    assert TimingAsyncLoop.applies(ctx, sc.policy)  # type: ignore[arg-type]
+    assert choose(ctx).name == "planned-timing"
     fast = run(sc, progress=False)
+    assert fast.meta["playback"] == "planned-timing"
     ref = run(sc, progress=False, batched=False)
     pd.testing.assert_frame_equal(fast.rounds, ref.rounds, check_exact=True)
     pd.testing.assert_frame_equal(fast.clients, ref.clients, check_exact=True)
@@ -149,15 +151,16 @@ def test_the_timing_loop_is_chosen_only_when_nothing_is_computed() -> None:
     sc = timing_scenario(n=10, policy=policies.FedBuff(buffer_size=2, concurrency=3))
     pol = sc.policy
     ctx = RunContext(sc, lazy=True, progress=False, on_error="record")
-    assert TimingAsyncLoop.applies(ctx, pol)  # type: ignore[arg-type]
+    assert choose(ctx).name == "planned-timing"
+    assert type(choose(ctx).async_loop(ctx, pol)) is TimingAsyncLoop  # type: ignore[arg-type]
     eager = RunContext(sc, lazy=False, progress=False, on_error="record")
-    assert not TimingAsyncLoop.applies(eager, pol)  # type: ignore[arg-type]
-    assert PlannedAsyncLoop.applies(eager, pol)  # type: ignore[arg-type]
-    ref = RunContext(sc, lazy=True, progress=False, on_error="record", batched=False)
-    assert not TimingAsyncLoop.applies(ref, pol)  # type: ignore[arg-type]
+    assert choose(eager).name == "planned"
+    assert type(choose(eager).async_loop(eager, pol)) is PlannedAsyncLoop  # type: ignore[arg-type]
+    ref = RunContext(sc, lazy=True, progress=False, on_error="record")
+    assert choose(ref, batched=False).name == "reference"
     fedavg = linear_scenario(algorithm=algorithms.FedAvg(local_steps=1), policy=pol, n=10)
     ctx = RunContext(fedavg, lazy=True, progress=False, on_error="record")
-    assert not TimingAsyncLoop.applies(ctx, pol)  # type: ignore[arg-type]
+    assert choose(ctx).name == "planned"
 
 
 def test_progress_is_reported_after_every_aggregation() -> None:

@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine import sync
+from simfl.engine.playbacks.base import Playback
 from simfl.network import Network
 
 TIME_COLUMNS = ("time", "duration", "t_start", "t_end", "download", "compute", "upload", "wait")
@@ -139,7 +139,7 @@ def test_flat_rounds_on_a_star_play_without_job_processes(monkeypatch):
     def no_processes(*args: object, **kwargs: object) -> None:
         raise AssertionError("a job process was started")
 
-    monkeypatch.setattr(sync, "_process_round", no_processes)
+    monkeypatch.setattr(Playback, "processes", no_processes)
     n = 6
     fleet = Fleet(
         [dists.Constant(1.0)],
@@ -156,6 +156,7 @@ def test_flat_rounds_on_a_star_play_without_job_processes(monkeypatch):
         network=Network.star(server_up=1000.0, server_down=1000.0),
     )
     res = played(scenario)
+    assert res.meta["playback"] == "flows"
     # n equal flows of S bytes on a link of C: all finish at n S / C (closed form), twice
     assert res.rounds["duration"].tolist() == pytest.approx([6.0 + 1.0 + 6.0] * 2, rel=1e-12)
     assert (res.clients["status"] == "arrived").all()

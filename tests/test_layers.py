@@ -351,3 +351,82 @@ def test_the_page_scan_skips_only_generated_blocks():
         "The Xeon was slower.\n"
     )
     assert [line for line, _ in _page_history(page)] == [1, 5]
+
+
+#: Where playbacks live, and the one module that picks one for a run.
+PLAYBACKS = "simfl.engine.playbacks"
+CHOOSER = "simfl.engine.playbacks.choose"
+#: Attributes that once chose a playback outside the table (read nowhere any more).
+PLAYBACK_FLAGS = {"batched", "resolved", "flow_rounds", "planned"}
+
+
+def _playback_classes(modules: dict[str, Path]) -> set[str]:
+    """The names of ``Playback`` and of every class of simfl deriving from it."""
+    bases: dict[str, set[str]] = {}
+    for path in modules.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases.setdefault(node.name, set()).update(
+                    b.id if isinstance(b, ast.Name) else b.attr
+                    for b in node.bases
+                    if isinstance(b, ast.Name | ast.Attribute)
+                )
+    found = {"Playback"}
+    while True:
+        more = {c for c, bs in bases.items() if bs & found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def playback_choice_violations(root: Path) -> list[str]:
+    """Where simfl under ``root`` chooses or tells apart playbacks outside the table.
+
+    A playback class may be instantiated only in :data:`CHOOSER`; no module outside
+    :data:`PLAYBACKS` may test a playback's type (``isinstance``/``type(...) is``) or read one
+    of :data:`PLAYBACK_FLAGS` as an attribute.
+    """
+    modules = {
+        ".".join(("simfl", *p.relative_to(root).with_suffix("").parts)): p
+        for p in sorted(root.rglob("*.py"))
+    }
+    classes = _playback_classes(modules)
+    concrete = classes - {"Playback"}
+    bad: list[str] = []
+
+    def ident(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        return node.attr if isinstance(node, ast.Attribute) else None
+
+    for name, path in modules.items():
+        inside = name.startswith(PLAYBACKS)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = ident(node.func)
+                if called in concrete and not name.startswith(CHOOSER):
+                    bad.append(f"{name}: instantiates {called}")
+                if called == "isinstance" and not inside and len(node.args) == 2:
+                    kinds = node.args[1]
+                    named = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+                    hit = [ident(k) for k in named if ident(k) in classes]
+                    if hit:
+                        bad.append(f"{name}: isinstance(..., {hit})")
+            elif isinstance(node, ast.Compare) and not inside:
+                hit = [ident(c) for c in node.comparators if ident(c) in classes]
+                if hit and any(isinstance(op, ast.Is | ast.IsNot | ast.Eq) for op in node.ops):
+                    bad.append(f"{name}: compares a type with {hit}")
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and node.attr in PLAYBACK_FLAGS
+                and not inside
+            ):
+                bad.append(f"{name}: reads .{node.attr}")
+    return bad
+
+
+def test_the_playback_is_chosen_in_one_module():
+    """Playbacks are built only by the table's module; nothing else tells them apart."""
+    assert playback_choice_violations(ROOT) == []
+    assert {"PlannedPlayback", "ReferencePlayback"} <= _playback_classes(_modules())

@@ -18,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine.playback import Live, Resolved
+from simfl.engine.playbacks.resolved import ResolvedPlayback
+from simfl.engine.players import LiveJobs
 from simfl.fleet import Availability
 from tests.helpers import linear_scenario
 
-SKIP = ("host_seconds", "batched", "scenario_repr")
+# the playback (and what it handed to the reference) differs between the two on purpose
+SKIP = ("host_seconds", "batched", "scenario_repr", "playback", "playback_fallbacks")
 TIES = dists.Empirical([0.5, 1.0, 1.0, 2.0])  # few values: jobs and spells end together
 TRACE = Availability(
     [[(0.0, 3.0), (5.0, 6.0), (9.0, 30.0)], [(0.0, 1.5), (2.0, 30.0)], [(0.0, 30.0)]]
@@ -46,6 +48,7 @@ def assert_same(sc):
     slow = run(sc, progress=False, batched=False)
     pd.testing.assert_frame_equal(fast.rounds, slow.rounds, check_exact=True)
     pd.testing.assert_frame_equal(fast.clients, slow.clients, check_exact=True)
+    assert slow.meta["playback"] == "reference" and not slow.meta["playback_fallbacks"]
     assert {k: v for k, v in fast.meta.items() if k not in SKIP} == {
         k: v for k, v in slow.meta.items() if k not in SKIP
     }
@@ -58,7 +61,7 @@ def no_job_processes(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a live job process was started")
 
-    monkeypatch.setattr(Live, "start", refuse)
+    monkeypatch.setattr(LiveJobs, "start", refuse)
 
 
 # ----------------------------------------------------------------- hand-computed cases
@@ -245,10 +248,11 @@ def test_resolved_equals_live(kind, trace, mode, compute, latency, dropout, poli
 
 def test_resolved_playback_is_chosen_for_availability_on_private_links():
     from simfl.engine.context import RunContext
+    from simfl.engine.playbacks import choose
 
     sc = scenario(TRACE, "abort", dists.Constant(1.0), policies.WaitAll())
     fast = RunContext(sc, lazy=True, progress=False, on_error="raise")
-    slow = RunContext(sc, lazy=True, progress=False, on_error="raise", batched=False)
-    assert isinstance(fast.playback, Resolved) and fast.resolved
-    assert type(slow.playback) is Live and not slow.resolved
-    assert math.isinf(fast.playback.pending_until) and fast.playback.pending_until < 0
+    slow = RunContext(sc, lazy=True, progress=False, on_error="raise")
+    assert isinstance(choose(fast), ResolvedPlayback) and choose(fast).name == "resolved"
+    assert choose(slow, batched=False).name == "reference" and isinstance(slow.jobs, LiveJobs)
+    assert math.isinf(choose(fast).pending_until) and choose(fast).pending_until < 0

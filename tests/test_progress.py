@@ -49,7 +49,7 @@ class Recorder:
 @pytest.fixture
 def bars(monkeypatch):
     Recorder.made = []
-    monkeypatch.setattr("simfl.engine.context.tqdm", Recorder)
+    monkeypatch.setattr("simfl.engine.progress.tqdm", Recorder)
     monkeypatch.setattr("simfl.sweeps.run.tqdm", Recorder)
     return Recorder.made
 

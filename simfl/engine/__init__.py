@@ -6,10 +6,11 @@ policy's family, plays it until a stop rule fires, records whatever is still in 
 returns :class:`~simfl.results.Results`.
 
 * :mod:`~simfl.engine.jobs` plans device jobs (download, compute, upload, failure clock) in one
-  vectorised step; :mod:`~simfl.engine.playback` plays them (planned or live);
-  :mod:`~simfl.engine.live` and :mod:`~simfl.engine.links` are the live machinery
-  (availability, max-min fair shared links); :mod:`~simfl.engine.offline` resolves jobs
-  under availability on private links from their plans.
+  vectorised step; the run's playback plays them (:mod:`~simfl.engine.playbacks`: what each
+  playback does, and the one table it is chosen from); :mod:`~simfl.engine.live` and
+  :mod:`~simfl.engine.links` are the live machinery (availability, max-min fair shared
+  links); :mod:`~simfl.engine.offline` resolves jobs under availability on private links
+  from their plans.
 * :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds
   through edge servers); :mod:`~simfl.engine.asynchronous` the asynchronous one;
   :mod:`~simfl.engine.tiered` the semi-asynchronous one (synchronous within groups).
@@ -26,10 +27,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from simfl._checks import check_bool, check_choice
-from simfl.engine.async_planned import PlannedAsyncLoop
-from simfl.engine.async_timing import TimingAsyncLoop
-from simfl.engine.asynchronous import AsyncLoop
-from simfl.engine.context import Progress, RunContext
+from simfl.engine.context import RunContext
+from simfl.engine.playbacks import Playback, ServerLoop, choose
+from simfl.engine.progress import Progress
 from simfl.engine.sync import SyncLoop
 from simfl.engine.tiered import TieredLoop
 from simfl.policies.base import AsyncPolicy, SyncPolicy, TieredPolicy
@@ -68,7 +68,7 @@ def run(
     update or metric: that round's ``status`` is ``diverged`` too), failed (``error``) or was
     ``interrupted``; :attr:`Results.ok <simfl.results.Results.ok>` is true only for ``ok``.
     ``meta["warnings"]`` lists what an ``ok`` run found worth a word: a stall although updates
-    arrived (see :mod:`simfl.engine.context`), more than half of its rounds empty
+    arrived (see :mod:`simfl.engine.stops`), more than half of its rounds empty
     (``meta["empty_rounds"]`` of ``meta["n_rounds"]``).
 
     Parameters
@@ -90,17 +90,12 @@ def run(
         run, is stored in ``meta["error"]`` and everything computed so far is returned.
         ``"raise"``: re-raise it.
     batched
-        Play runs whose devices have private links without job events (default): each
-        synchronous round's outcome follows from its job plan in one vectorised step, and,
-        with on/off availability, from the plan and the devices' on-intervals; flat
-        synchronous rounds on a star or hierarchical network (devices always online) play
-        their jobs in one loop, without SimPy processes (:mod:`simfl.engine.flowround`);
-        asynchronous
-        runs of devices always online handle their jobs from a heap of the instants they
-        resolve (:mod:`simfl.engine.async_planned`; timing-only ones as plain numbers,
-        :mod:`simfl.engine.async_timing`). ``False`` plays every job as a SimPy
-        process, stage by stage under availability: the straightforward path; the results
-        are identical.
+        Play the run with the fastest playback that applies (default; see
+        :mod:`simfl.engine.playbacks`). ``False`` plays every job as a SimPy process, stage
+        by stage under availability: the straightforward reference; the results are
+        identical. ``meta["playback"]`` names the playback that played the run and
+        ``meta["playback_fallbacks"]`` counts, by reason, what it handed to the reference
+        mid-way.
     reference_links
         Play shared links with the straightforward reference algorithm (every flow event
         recomputes every rate over every flow) instead of the fast one (the default); the
@@ -124,10 +119,10 @@ def run(
             lazy=lazy,
             progress=progress,
             on_error=on_error,
-            batched=batched,
             reference_links=reference_links,
         )
-        loop = _loop(ctx)
+        playback = choose(ctx, batched=batched)
+        loop = _loop(ctx, playback)
         status = _play(ctx, loop)
         if loop.in_flight:
             ctx.stop("max_time")
@@ -150,6 +145,8 @@ def run(
         "initial_metrics": ctx.initial_metrics,
         "lazy": lazy,
         "batched": batched,
+        "playback": playback.name,
+        "playback_fallbacks": playback.fallbacks(),
         "stop_reason": ctx.stop_reason or "max_time",
         "status": status,
         "error": ctx.error,
@@ -169,26 +166,22 @@ def run(
     return ctx.recorder.results(meta, ctx.state)
 
 
-def _loop(ctx: RunContext) -> SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop:
-    """The server loop of the scenario's policy family."""
+def _loop(ctx: RunContext, playback: Playback) -> ServerLoop:
+    """The server loop of the scenario's policy family, played by ``playback``."""
     policy = ctx.scenario.policy
     if isinstance(policy, AsyncPolicy):
-        if TimingAsyncLoop.applies(ctx, policy):
-            return TimingAsyncLoop(ctx, policy)
-        if PlannedAsyncLoop.applies(ctx, policy):
-            return PlannedAsyncLoop(ctx, policy)
-        return AsyncLoop(ctx, policy)
+        return playback.async_loop(ctx, policy)
     if isinstance(policy, TieredPolicy):
-        return TieredLoop(ctx, policy)
+        return TieredLoop(ctx, policy, playback)
     if isinstance(policy, SyncPolicy):
-        return SyncLoop(ctx, policy)
+        return SyncLoop(ctx, policy, playback)
     raise ValueError(  # pragma: no cover - Scenario accepts only these families
         f"Scenario.policy must be a SyncPolicy, EdgePolicy, TieredPolicy or AsyncPolicy, got "
         f"{policy!r}"
     )
 
 
-def _play(ctx: RunContext, loop: SyncLoop | AsyncLoop | PlannedAsyncLoop | TieredLoop) -> str:
+def _play(ctx: RunContext, loop: ServerLoop) -> str:
     """Run the event loop until the server stops or the clock reaches ``max_time``.
 
     Returns the run's status. Nothing escapes with ``on_error="record"``: an exception anywhere

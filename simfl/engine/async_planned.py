@@ -1,6 +1,6 @@
 """Asynchronous runs without job events, where the playback is planned.
 
-On private links with devices always online (:class:`~simfl.engine.playback.Planned`) a job's
+On private links with devices always online (the ``planned`` playback) a job's
 whole fate follows from its plan (:func:`~simfl.engine.jobs.resolution`), so the asynchronous
 server loop needs no SimPy process per job: :class:`PlannedAsyncLoop` keeps a heap of the
 instants at which the jobs in flight resolve and handles them in the order the SimPy loop
@@ -9,7 +9,7 @@ and with ``simfl.run(..., batched=False)``) handles them: by time, ties in the o
 started (their timeouts were created in that order, and SimPy fires equal-time events first in,
 first out). Everything recorded is identical, row for row and bit for bit. It plays the
 policies whose picks can be drawn ahead and that learn nothing while the run goes on
-(:meth:`PlannedAsyncLoop.applies`): FedAsync, FedBuff and their variants that only weigh
+(:mod:`simfl.engine.playbacks.choose`): FedAsync, FedBuff and their variants that only weigh
 otherwise; a policy with a state, or its own :meth:`~simfl.policies.AsyncPolicy.pick`, is
 played by the reference loop.
 
@@ -34,8 +34,9 @@ What makes it fast:
   an :attr:`~simfl.algorithms.Algorithm.inert` algorithm's (timing only) are neither computed
   nor mixed: its aggregation would change neither the state nor the row.
 
-The simulated clock is moved to each handled instant directly (the loop is the run's only
-SimPy process and creates no events).
+The loop is the run's only SimPy process and creates no event per job: it lands the clock
+(:func:`~simfl.engine.clock.land`) on the instant it handles only where something reads the
+clock (an aggregation, a policy's pick, a job planned alone) and where it stops.
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 
 from simfl.algorithms.base import Algorithm, Updates
 from simfl.engine.asynchronous import STALL_JOBS
-from simfl.engine.jobs import JobPlan, resolution
+from simfl.engine.clock import land
+from simfl.engine.jobs import JobPlan, failure_clocks, resolution
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE, Outcome
 from simfl.policies.base import AsyncPolicy
@@ -70,11 +71,6 @@ BLOCK = 1024
 WINDOW = 64
 
 _PLAN_FIELDS = ("download", "compute", "upload", "fail_after", "work", "size_down", "size_up")
-
-
-def _set_clock(env: simpy.Environment, t: float) -> None:
-    """Move the simulated clock to ``t`` (the loop creates no events to get there)."""
-    env._now = t  # the event-free loop owns the clock of its run (simpy keeps it there)
 
 
 class _Block:
@@ -106,35 +102,11 @@ class _Block:
         self.keys: list[int] = keys.tolist()
         #: seconds per unit of work, and busy seconds until the device fails (keyed draws)
         self.draws = fleet.compute_draws(picks, round=keys, stage=0, streams=streams)
-        rate = fleet.dropout_rate[picks]
-        if rate.any():
-            u = streams.uniform("dropout", picks, keys)
-            with np.errstate(divide="ignore"):
-                self.fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
-        else:
-            self.fail_after = np.full(size, np.inf)
+        self.fail_after = failure_clocks(fleet, picks, keys, streams)
 
 
 class PlannedAsyncLoop:
     """The asynchronous server loop of a planned run (see the module docstring)."""
-
-    @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
-        """Whether this loop can play ``policy`` in ``run`` (else :class:`AsyncLoop` does).
-
-        A batched run of a policy whose picks can be drawn ahead
-        (:meth:`~simfl.policies.AsyncPolicy.first_picks`) and that learns nothing while the run
-        goes on: one that overrides :meth:`~simfl.policies.AsyncPolicy.start` or
-        :meth:`~simfl.policies.AsyncPolicy.observe` may pick from what it observed, which picks
-        drawn a block ahead cannot follow.
-        """
-        cls = type(policy)
-        return (
-            run.batched
-            and cls.start is AsyncPolicy.start
-            and cls.observe is AsyncPolicy.observe
-            and policy.first_picks(run.view, 0, 0) is not None
-        )
 
     def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         self.run = run
@@ -272,6 +244,7 @@ class PlannedAsyncLoop:
             n = self.n_started
             block = self.block
             if block is None or n - block.first >= len(block.devices):
+                land(self.env, now)  # the policy draws the block's picks from its view
                 block = self._next_block(n)
             i = n - block.first
             device = block.devices[i]
@@ -286,6 +259,7 @@ class PlannedAsyncLoop:
                 key, w = block.keys[i], i - lo
                 after, arrives, row = self.win_after[w], self.win_arrives[w], row0 + w
             else:
+                land(self.env, now)  # the policy's view, the plan's start: now
                 if busy[device]:
                     picked = policy.pick(self.state, run.view, self.busy, n)
                     if picked is None:  # pragma: no cover - concurrency <= fleet size
@@ -341,25 +315,29 @@ class PlannedAsyncLoop:
         busy, lazy, buffer = self._busy, run.lazy, self.buffer
         device, t_end, arrives = self.device, self.t_end, self.arrives
         pop, launch = heapq.heappop, self.launch
-        launch(float(env.now))
-        while run.stop_reason is None and heap:
-            if heap[0][0] >= budget:  # events at the budget are not handled (engine._play)
-                return True
-            t, job = pop(heap)
-            _set_clock(env, t)
-            busy[device[job]] = 0
-            t_end[job] = t
-            if arrives[job]:
-                self.drops_in_row = 0
-                buffer.append(job)
-                if len(buffer) >= size:
-                    self.aggregate(t)
-                    buffer = self.buffer
-            else:
-                self._drop(job, lazy)
-            if run.stop_reason is None:
-                launch(t)
-        return False
+        t = float(env.now)
+        try:
+            launch(t)
+            while run.stop_reason is None and heap:
+                if heap[0][0] >= budget:  # events at the budget are not handled (engine._play)
+                    return True
+                t, job = pop(heap)
+                busy[device[job]] = 0
+                t_end[job] = t
+                if arrives[job]:
+                    self.drops_in_row = 0
+                    buffer.append(job)
+                    if len(buffer) >= size:
+                        land(env, t)  # the aggregation is recorded (and shown) at t
+                        self.aggregate(t)
+                        buffer = self.buffer
+                else:
+                    self._drop(job, lazy)
+                if run.stop_reason is None:
+                    launch(t)
+            return False
+        finally:  # also when something failed: the run ends at the last instant handled
+            land(env, t)
 
     def _drop(self, job: int, lazy: bool) -> None:
         """Job ``job``'s device failed: it ends, its snapshot reference goes."""
@@ -497,21 +475,27 @@ class PlannedAsyncLoop:
         if self.done:
             return
         self.done = True
+        flying = sorted(entry[1] for entry in self.heap)
+        self._cancel(flying)
+        self.records += self.ended + self.buffer + flying
+        self.heap.clear()
+        self.buffer, self.ended = [], []
+        if self.records:
+            self._write(len(flying))
+
+    def _cancel(self, flying: list[int]) -> None:
+        """Mark the jobs in flight ended now, the buffered ones cancelled."""
         now = float(self.env.now)
-        flying = sorted(job for _, job in self.heap)
         for job in flying:
             self.t_end[job] = now
         for job in self.buffer:
             self.status[job] = CANCELLED
-        self.records += self.ended + self.buffer + flying
-        self.heap.clear()
-        self.buffer, self.ended = [], []
-        self._record()
 
-    def _record(self) -> None:
-        """Write every job row, in the order the reference loop records them."""
-        if not self.records:
-            return
+    def _write(self, n_flying: int) -> None:
+        """Write every job row, in the order the reference loop records them.
+
+        (The last ``n_flying`` records are the jobs in flight.)
+        """
         run = self.run
         rec = np.array(self.records, dtype=np.int64)
         table = [np.concatenate([c[f] for c in self.chunks]) for f in range(len(_PLAN_FIELDS))]

@@ -47,9 +47,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from simfl.engine.async_planned import PlannedAsyncLoop, _set_clock, chunk_sums
+from simfl.engine.async_planned import PlannedAsyncLoop, chunk_sums
 from simfl.engine.asynchronous import STALL_JOBS
-from simfl.engine.jobs import JobPlan
+from simfl.engine.clock import land
+from simfl.engine.jobs import JobPlan, failure_clocks
 from simfl.network import transfer_seconds
 from simfl.outcome import ARRIVED, CANCELLED, DROPPED, LATE
 from simfl.policies.base import AsyncPolicy
@@ -106,18 +107,6 @@ def _device(code: int) -> int:
 class TimingAsyncLoop(PlannedAsyncLoop):
     """The asynchronous server loop of a timing-only planned run (see the module docstring)."""
 
-    @staticmethod
-    def applies(run: RunContext, policy: AsyncPolicy[Any]) -> bool:
-        """Whether the run computes nothing and :class:`PlannedAsyncLoop` could play it."""
-        alg = type(run.algorithm)
-        return (
-            PlannedAsyncLoop.applies(run, policy)
-            and alg.inert
-            and alg.fixed_jobs
-            and run.lazy
-            and not run.metrics
-        )
-
     def __init__(self, run: RunContext, policy: AsyncPolicy[Any]) -> None:
         super().__init__(run, policy)
         fleet, alg = run.fleet, run.algorithm
@@ -132,7 +121,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         self.fails: list[NDArray[np.float64]] = []
         #: the jobs in flight: (instant the job resolves, job number, code): the code is the
         #: device if the job arrives, else ``~device``
-        self.flight: list[tuple[float, int, int]] = []
+        self.heap: list[tuple[float, int, int]] = []  # type: ignore[assignment]  # and a code
         max_time = run.scenario.max_time
         self.budget = math.inf if max_time is None else float(max_time)
         #: every arrival is an aggregation applying its update (FedAsync, no staleness limit)
@@ -182,12 +171,7 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         keys = np.repeat(known - lo, counts) + np.arange(rows.size)  # job index of each row
         fleet, streams = run.fleet, run.streams
         draws = fleet.compute_draws(rows, round=keys, stage=0, streams=streams)
-        fail = np.full(rows.size, np.inf)
-        rate = fleet.dropout_rate[rows]
-        if rate.any():
-            u = streams.uniform("dropout", rows, keys)
-            with np.errstate(divide="ignore"):
-                fail = np.where(rate > 0, -np.log(u) / rate, np.inf)
+        fail = failure_clocks(fleet, rows, keys, streams)
         with np.errstate(over="ignore", invalid="ignore"):
             compute = self.work[rows] * draws
             total = self.down[rows] + compute + self.up[rows]
@@ -251,17 +235,103 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         """Handle the jobs as they resolve; aggregate every ``buffer()`` arrivals.
 
         Returns whether it stopped at ``max_time`` (the next job resolves at or after it).
-        FedAsync without a staleness limit (every arrival aggregates and applies) has a loop
-        of its own, :meth:`_play_single`; other policies play :meth:`_play_buffered`. Both
-        pop the next job to resolve and start the next job in its place (one heap step).
+        Each step pops the next job to resolve and starts the next job in its place (one heap
+        step); the first ``concurrency`` jobs start at once. Where every arrival is an
+        aggregation applying its update (:attr:`single`: FedAsync without a staleness
+        limit), every job handled is recorded at once, in the order handled (the reference's
+        order there), and :meth:`_write` finds the aggregations from the arrivals among them.
         """
+        run, heap = self.run, self.heap
+        budget, concurrency, single = self.budget, self.policy.concurrency, self.single
+        size, limit = self.policy.buffer(), self.policy.max_staleness
+        busy, job_index, t_start = self._busy, self.job_index, self.t_start
+        buffer, ended, records = self.buffer, self.ended, self.records
+        agg_started, agg_end = self.agg_started, self.agg_end
+        record, add_row, add_start = records.append, self.row.append, t_start.append
+        push, replace, pop = heapq.heappush, heapq.heapreplace, heapq.heappop
+        # aggregations the stop rules need not see one by one (the base pick, the only one
+        # this loop plays, does not read the model version meanwhile)
+        quiet, uncounted = run.quiet_aggregations(), 0
+        drops, last = self.drops_in_row, self.last_time
         t = float(self.env.now)
-        heap = self.flight
-        while len(heap) < self.policy.concurrency:  # fill up
-            heapq.heappush(heap, self._start(len(self.t_start), t))
-        if self.single:
-            return self._play_single(t)
-        return self._play_buffered(t)
+        filling = len(heap) < concurrency  # the first jobs start at once, in places of their own
+        try:
+            while True:
+                tab, jobs = self._ahead(len(t_start))
+                _, _, _, second, base2, end2, afters, codes, row0 = tab
+                first = self.block_first
+                for n, d, r, hi in jobs:  # n: the job to start once the next one is handled
+                    if not filling:
+                        entry = heap[0]  # the next job to resolve (replaced below)
+                        if entry[0] >= budget:  # events at the budget are not handled
+                            return True
+                        t, job, c = entry
+                        if single:
+                            record(job)
+                        if c >= 0:  # it arrives
+                            busy[c] = 0
+                            drops = 0
+                            applied = 1  # an aggregation applying it (-1: none yet)
+                            if not single:
+                                buffer.append(job)
+                                applied = -1
+                                if len(buffer) >= size:  # aggregate
+                                    applied = size if limit is None else self._applied(uncounted)
+                                    if ended:
+                                        records += ended
+                                        ended.clear()
+                                    records += buffer
+                                    buffer.clear()
+                                    agg_started.append(n)
+                                    agg_end.append(len(records))
+                            if applied >= 0:  # an aggregation (its row is written at the end)
+                                if applied and quiet:  # no stop rule can fire: counted later
+                                    quiet -= 1
+                                    uncounted += 1
+                                else:
+                                    run.count_quiet(uncounted)
+                                    uncounted = 0
+                                    if self._count(t, applied, t - last):
+                                        pop(heap)
+                                        return False
+                                    quiet = run.quiet_aggregations()
+                                last = t
+                        else:
+                            busy[~c] = 0
+                            if not single:
+                                ended.append(job)
+                            drops += 1
+                            if drops >= STALL_JOBS:
+                                pop(heap)
+                                run.stop("stalled")
+                                return False
+                    # start job n: on its first pick, or on its second if the first is busy,
+                    # from the block's table; a job the table has no row for is planned alone
+                    if busy[d]:
+                        i = n - first
+                        d, r, hi = second[i], base2[i], end2[i]
+                        if busy[d]:
+                            hi = 0  # both busy (a row is never negative): the policy picks
+                    k = job_index[d]
+                    r += k  # its next job's row, if the block has it
+                    if r < hi:
+                        entry = (t + afters[r], n, codes[r])
+                        add_row(row0 + r)
+                        job_index[d] = k + 1
+                    else:
+                        entry = self._start_alone(n, d, t)
+                        d = _device(entry[2])
+                        job_index[d] += 1
+                    busy[d] = 1
+                    add_start(t)
+                    if filling:
+                        push(heap, entry)
+                        filling = len(heap) < concurrency
+                    else:
+                        replace(heap, entry)  # in the place of the job handled
+        finally:  # also when interrupted: what was handled is recorded at its instant
+            run.count_quiet(uncounted)
+            self._stopped(t, drops, last)
 
     def _ahead(self, n: int) -> tuple[_Table, Iterator[tuple[int, int, int, int]]]:
         """The table of job ``n``'s block (planned if new) and its jobs from ``n``.
@@ -280,193 +350,21 @@ class TimingAsyncLoop(PlannedAsyncLoop):
             self.block_first, self.block_end = n, n + len(self.table.picks)
         return self.table
 
-    def _start(self, n: int, t: float) -> tuple[float, int, int]:
-        """Start job ``n`` at ``t``: its heap entry (the loops do the same, inlined).
-
-        On its first pick, or on its second if the first is busy, from the block's table; a
-        job the table has no row for is planned alone.
-        """
-        tab = self._table(n)
-        i, busy, job_index = n - self.block_first, self._busy, self.job_index
-        d, r, hi = tab.picks[i], tab.base[i], tab.end[i]
-        if busy[d]:  # its first pick is busy: its second pick
-            d, r, hi = tab.second[i], tab.base2[i], tab.end2[i]
-            if busy[d]:
-                hi = 0  # both busy (a row is never negative): the policy picks
-        r += job_index[d]  # its next job's row, if the block has it
-        if r < hi:
-            entry = (t + tab.after[r], n, tab.code[r])
-            self.row.append(tab.row0 + r)
-        else:
-            entry = self._start_alone(n, d, t)
-            d = _device(entry[2])
-        busy[d] = 1
-        job_index[d] += 1
-        self.t_start.append(t)
-        return entry
-
-    def _play_single(self, t: float) -> bool:
-        """The loop of :meth:`play` where every arrival is an aggregation applying one update.
-
-        Every job handled is recorded at once (in the order handled: the reference's order
-        here); :meth:`_write` finds the aggregations from the arrivals among them.
-        """
-        run, heap, records = self.run, self.flight, self.records
-        budget = self.budget
-        busy, job_index, t_start = self._busy, self.job_index, self.t_start
-        record, add_row, add_start = records.append, self.row.append, t_start.append
-        replace, pop = heapq.heapreplace, heapq.heappop
-        quiet, uncounted = run.quiet_aggregations(), 0
-        drops, last = self.drops_in_row, self.last_time
-        try:
-            while True:
-                tab, jobs = self._ahead(len(t_start))
-                _, _, _, second, base2, end2, afters, codes, row0 = tab
-                first = self.block_first
-                for n, d, r, hi in jobs:  # n: the job to start once the next one is handled
-                    entry = heap[0]  # the next job to resolve (replaced below)
-                    if entry[0] >= budget:  # events at the budget are not handled
-                        return True
-                    t, job, c = entry
-                    record(job)
-                    if c >= 0:  # it arrives: an aggregation (its row is written at the end)
-                        busy[c] = 0
-                        drops = 0
-                        if quiet:  # no stop rule can fire: counted later
-                            quiet -= 1
-                            uncounted += 1
-                        else:
-                            run.count_quiet(uncounted)
-                            uncounted = 0
-                            if self._count(t, 1, t - last):
-                                pop(heap)
-                                return False
-                            quiet = run.quiet_aggregations()
-                        last = t
-                    else:
-                        busy[~c] = 0
-                        drops += 1
-                        if drops >= STALL_JOBS:
-                            pop(heap)
-                            run.stop("stalled")
-                            return False
-                    # start job n in its place, as _start does
-                    if busy[d]:  # its first pick is busy: its second pick
-                        i = n - first
-                        d, r, hi = second[i], base2[i], end2[i]
-                        if busy[d]:
-                            hi = 0  # both busy (r >= 0): the policy picks
-                    k = job_index[d]
-                    r += k
-                    if r < hi:
-                        entry = (t + afters[r], n, codes[r])
-                        add_row(row0 + r)
-                        job_index[d] = k + 1
-                    else:
-                        entry = self._start_alone(n, d, t)
-                        d = _device(entry[2])
-                        job_index[d] += 1
-                    busy[d] = 1
-                    add_start(t)
-                    replace(heap, entry)
-        finally:  # also when interrupted: what was handled is recorded at its instant
-            run.count_quiet(uncounted)
-            self._stopped(t, drops, last)
-
-    def _play_buffered(self, t: float) -> bool:
-        """The loop of :meth:`play`: aggregate every ``buffer()`` arrivals."""
-        run, heap = self.run, self.flight
-        budget = self.budget
-        size, limit = self.policy.buffer(), self.policy.max_staleness
-        busy, job_index, t_start = self._busy, self.job_index, self.t_start
-        buffer, ended, records = self.buffer, self.ended, self.records
-        agg_started, agg_end = self.agg_started, self.agg_end
-        add_row, add_start = self.row.append, t_start.append
-        replace, pop = heapq.heapreplace, heapq.heappop
-        # aggregations the stop rules need not see one by one (the base pick, the only one
-        # this loop plays, does not read the model version meanwhile)
-        quiet, uncounted = run.quiet_aggregations(), 0
-        drops, last = self.drops_in_row, self.last_time
-        try:
-            while True:
-                tab, jobs = self._ahead(len(t_start))
-                _, _, _, second, base2, end2, afters, codes, row0 = tab
-                first = self.block_first
-                for n, d, r, hi in jobs:  # n: the job to start once the next one is handled
-                    entry = heap[0]  # the next job to resolve (replaced below)
-                    if entry[0] >= budget:  # events at the budget are not handled
-                        return True
-                    t, job, c = entry
-                    if c >= 0:  # it arrives
-                        busy[c] = 0
-                        drops = 0
-                        buffer.append(job)
-                        if len(buffer) >= size:  # aggregate (its row is written at the end)
-                            applied = size if limit is None else self._applied(uncounted)
-                            if ended:
-                                records += ended
-                                ended.clear()
-                            records += buffer
-                            buffer.clear()
-                            agg_started.append(n)
-                            agg_end.append(len(records))
-                            if applied and quiet:  # no stop rule can fire: counted later
-                                quiet -= 1
-                                uncounted += 1
-                            else:
-                                run.count_quiet(uncounted)
-                                uncounted = 0
-                                if self._count(t, applied, t - last):
-                                    pop(heap)
-                                    return False
-                                quiet = run.quiet_aggregations()
-                            last = t
-                    else:
-                        busy[~c] = 0
-                        ended.append(job)
-                        drops += 1
-                        if drops >= STALL_JOBS:
-                            pop(heap)
-                            run.stop("stalled")
-                            return False
-                    # start job n in its place, as _start does
-                    if busy[d]:  # its first pick is busy: its second pick
-                        i = n - first
-                        d, r, hi = second[i], base2[i], end2[i]
-                        if busy[d]:
-                            hi = 0  # both busy (r >= 0): the policy picks
-                    k = job_index[d]
-                    r += k
-                    if r < hi:
-                        entry = (t + afters[r], n, codes[r])
-                        add_row(row0 + r)
-                        job_index[d] = k + 1
-                    else:
-                        entry = self._start_alone(n, d, t)
-                        d = _device(entry[2])
-                        job_index[d] += 1
-                    busy[d] = 1
-                    add_start(t)
-                    replace(heap, entry)
-        finally:  # also when interrupted: what was handled is recorded at its instant
-            run.count_quiet(uncounted)
-            self._stopped(t, drops, last)
-
     def _stopped(self, t: float, drops: int, last: float) -> None:
         """Where a loop stopped (also when interrupted): its state; the clock at ``t``."""
         self.n_started, self.drops_in_row, self.last_time = len(self.t_start), drops, last
-        heap = self.flight
+        heap = self.heap
         handled = self.records[-1:] + self.buffer[-1:] + self.ended[-1:]
         if heap and heap[0][1] in handled:  # interrupted before its entry was replaced
             heapq.heappop(heap)
-        _set_clock(self.env, t)
+        land(self.env, t)
 
     def _count(self, t: float, applied: int, advance: float) -> bool:
         """Count one aggregation at ``t`` for the stop rules (and progress); whether to stop."""
         run = self.run
         run.count_aggregation(applied, advance)
         if run.shows_progress:
-            _set_clock(self.env, t)
+            land(self.env, t)
             run.show_progress()
         return run.stop_reason is not None
 
@@ -483,22 +381,8 @@ class TimingAsyncLoop(PlannedAsyncLoop):
         return sum(version - bisect_right(started, job) <= limit for job in self.buffer)
 
     # ----------------------------------------------------------------- the end
-    @property
-    def in_flight(self) -> bool:
-        """Whether jobs are in flight or updates wait in the buffer."""
-        return bool(self.flight or self.buffer or self.ended)
-
-    def abandon(self) -> None:
-        """At the end of the run: cancel what is in flight, record every job and aggregation."""
-        if self.done:
-            return
-        self.done = True
-        flying = sorted(entry[1] for entry in self.flight)
-        self.records += self.ended + self.buffer + flying  # the buffer stays CANCELLED
-        self.flight.clear()
-        self.buffer, self.ended = [], []
-        if self.records:
-            self._write(len(flying))
+    def _cancel(self, flying: list[int]) -> None:
+        """Nothing to mark: :meth:`_write` works out every end (the buffer stays cancelled)."""
 
     def _write(self, n_flying: int) -> None:
         """Write every job row (in ``records`` order) and every aggregation row.

@@ -110,7 +110,7 @@ class AsyncLoop:
             def drop(_: int, job: _Job = job) -> None:
                 self.inbox.put(("drop", job))
 
-            job.proc = run.playback.start(plan, arrive, drop)[0]
+            job.proc = run.jobs.start(plan, arrive, drop)[0]
             self.in_flight_jobs[id(job)] = job
             self.n_started += 1
             self.started_since += 1

@@ -36,7 +36,7 @@ class EdgeRound:
         self.run, self.env = ctx, ctx.env
         self.decision = decision
         cohort = decision.cohort
-        net = ctx.network
+        net = ctx.jobs.network
         if net is None:  # Scenario refuses this; a hand-built context could still get here
             raise ValueError("edge rounds need a Scenario.network with edge servers")
         self.net = net
@@ -87,7 +87,7 @@ class EdgeRound:
                 if left[0] == 0 and not done.triggered:
                     done.succeed()
 
-            procs = run.playback.start(
+            procs = run.jobs.start(
                 plan, lambda j: resolve(j, ARRIVED), lambda j: resolve(j, DROPPED), local=True
             )
             self.states.append((plan, status, t_end))

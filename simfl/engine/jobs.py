@@ -3,7 +3,7 @@
 A job is ``download -> compute -> upload``. Its stage durations and its dropout instant are
 functions of the keyed random streams, the fleet and the algorithm's work and payload, so they
 are planned for the whole cohort in one vectorised step; the SimPy processes in
-:mod:`simfl.engine.playback` then plays the plan out in simulated time.
+:mod:`simfl.engine.playbacks` then plays the plan out in simulated time.
 
 Dropouts: a device fails at rate ``dropout_rate`` per busy second. Because the exponential clock
 is memoryless, its time-to-failure can be drawn when the job starts and raced against the
@@ -27,6 +27,7 @@ __all__ = [
     "JobPlan",
     "bytes_moved",
     "concat_plans",
+    "failure_clocks",
     "fit_work",
     "plan_jobs",
     "planned_split",
@@ -118,6 +119,22 @@ def concat_plans(plans: list[JobPlan]) -> JobPlan:
     return JobPlan(t_start=np.concatenate(starts), **cat)
 
 
+def failure_clocks(
+    fleet: Fleet, devices: NDArray[np.int64], keys: int | NDArray[np.int64], streams: Streams
+) -> Array:
+    """Busy seconds until each job's device fails (``inf``: it does not), from keyed draws.
+
+    The hazard is memoryless, so the whole clock is drawn when the job is planned, keyed by
+    the device and ``keys`` (the round, or the device's job index).
+    """
+    rate = fleet.dropout_rate[devices]
+    if not rate.any():  # no device can fail: skip the draws (keyed, so no other draw changes)
+        return np.full(devices.size, np.inf)
+    u = streams.uniform("dropout", devices, keys)
+    with np.errstate(divide="ignore"):
+        return np.where(rate > 0, -np.log(u) / rate, np.inf)
+
+
 def plan_jobs(
     fleet: Fleet,
     devices: NDArray[np.int64],
@@ -156,13 +173,7 @@ def plan_jobs(
             f"seconds (download + compute + upload): job durations must be finite; lower the "
             f"fleet's compute distribution or scale, or the algorithm's work"
         )
-    rate = fleet.dropout_rate[devices]
-    if rate.any():
-        u = streams.uniform("dropout", devices, round)
-        with np.errstate(divide="ignore"):
-            fail_after = np.where(rate > 0, -np.log(u) / rate, np.inf)
-    else:  # no device can fail: skip the draws (keyed, so no other draw changes)
-        fail_after = np.full(devices.size, np.inf)
+    fail_after = failure_clocks(fleet, devices, round, streams)
     n = devices.size
     return JobPlan(
         devices,

@@ -3,8 +3,8 @@
 One SimPy process per group of a :class:`~simfl.policies.TieredPolicy` plays that group's
 rounds one after another, each from the server's model of the moment (its version is the
 round's key: the jobs' speed draws, dropouts and data are keyed by it, as in a synchronous
-round). A round plays exactly as a synchronous one (:func:`~simfl.engine.sync.play_round`:
-event-free where the playback is planned). When it closes, the algorithm aggregates the group's
+round). A round plays exactly as a synchronous one (:meth:`Playback.round
+<simfl.engine.playbacks.Playback.round>`). When it closes, the algorithm aggregates the group's
 arrived updates on the state the round started from; that is the group's model. The server's
 state becomes the policy's mix of the latest model of every group
 (:class:`~simfl.algorithms.mixing.GroupMix`, through ``shared`` / ``with_shared``). Each group
@@ -27,13 +27,14 @@ import simpy
 
 from simfl.algorithms.base import Updates
 from simfl.engine.aggregation import close_aggregation
-from simfl.engine.sync import RoundState, abandon_round, play_round, start_round
+from simfl.engine.rounds import RoundState, abandon_round, start_round
 from simfl.outcome import Outcome
 from simfl.policies.base import TieredPolicy
 
 if TYPE_CHECKING:
     from simfl.algorithms.mixing import Shared
     from simfl.engine.context import RunContext
+    from simfl.engine.playbacks import Playback
 
 __all__ = ["TieredLoop"]
 
@@ -41,9 +42,10 @@ __all__ = ["TieredLoop"]
 class TieredLoop:
     """The server loop of a semi-asynchronous policy (one per run)."""
 
-    def __init__(self, ctx: RunContext, policy: TieredPolicy[Any]) -> None:
+    def __init__(self, ctx: RunContext, policy: TieredPolicy[Any], playback: Playback) -> None:
         self.ctx = ctx
         self.policy = policy
+        self.playback = playback
         self.state: Any = None
         #: Each group's latest model (the algorithm's shared parameters).
         self.models: list[Shared] = []
@@ -84,7 +86,7 @@ class TieredLoop:
             t0 = env.now
             rnd, repeats = start_round(ctx, decision, version, policy)
             self.current[g] = rnd
-            yield from play_round(ctx, rnd, decision.deadline)
+            yield from self.playback.round(ctx, rnd, decision.deadline)
             del self.current[g]
             if self._stopping():  # another group stopped the run meanwhile
                 return

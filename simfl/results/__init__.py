@@ -30,7 +30,7 @@
     ``empty``: nobody was selected, or every selected job dropped, was late or was cancelled).
     ``warnings`` lists what the run found worth a word: more than half of its rounds empty
     (:data:`EMPTY_SHARE`), a stall although updates arrived (see
-    :mod:`simfl.engine.context`). Results saved before these keys existed lack them.
+    :mod:`simfl.engine.stops`). Results saved before these keys existed lack them.
 
 Who took part and what it cost: :meth:`Results.participation` (jobs per group or device by
 status, share of the aggregated updates), :meth:`Results.group_metrics`,
