@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1] / "simfl"
 
 LAYERS = {
     "_checks": 0,
-    "_native": 0,  # which build of the compiled modules runs (imports nothing of simfl)
     "rng": 0,
     "dists": 0,
     "outcome": 0,
@@ -163,3 +162,31 @@ def test_the_engine_knows_policy_families_not_policies():
             if isinstance(node, ast.Name | ast.Attribute):
                 ident = node.id if isinstance(node, ast.Name) else node.attr
                 assert ident not in concrete, (name, ident)
+
+
+def _compiled_in_setup() -> list[str]:
+    """The modules ``setup.py`` compiles (its ``NATIVE``, read without running it)."""
+    tree = ast.parse((ROOT.parent / "setup.py").read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "NATIVE":
+            assert node.value is not None
+            return list(ast.literal_eval(node.value))
+    pytest.fail("setup.py defines no NATIVE")
+
+
+def test_mypyc_compiled_modules_live_in_one_package():
+    from simfl.engine.flows import _native
+
+    package = "simfl.engine.flows"
+    built = [p.removesuffix(".py").replace("/", ".") for p in _compiled_in_setup()]
+    assert built == list(_native.MODULES)  # setup.py and the run-time choice agree
+    assert built and all(m.rpartition(".")[0] == package for m in built), built
+    assert all(m in GRAPH for m in built)  # every one a module of the package
+    # the choice is made in the package, before any compiled module is imported
+    assert "_native" not in {p.stem for p in ROOT.glob("*.py")}
+    init = (ROOT / "engine" / "flows" / "__init__.py").read_text()
+    first = next(n for n in ast.parse(init).body if isinstance(n, ast.Import | ast.ImportFrom))
+    assert isinstance(first, ast.ImportFrom) and [a.name for a in first.names] == ["_native"]

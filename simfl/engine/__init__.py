@@ -7,7 +7,7 @@ returns :class:`~simfl.results.Results`.
 
 * :mod:`~simfl.engine.jobs` plans device jobs (download, compute, upload, failure clock) in one
   vectorised step; :mod:`~simfl.engine.playback` plays them (planned or live);
-  :mod:`~simfl.engine.live` and :mod:`~simfl.engine.links` are the live machinery
+  :mod:`~simfl.engine.live` and :mod:`~simfl.engine.flows` are the live machinery
   (availability, max-min fair shared links); :mod:`~simfl.engine.offline` resolves jobs
   under availability on private links from their plans.
 * :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds
@@ -94,7 +94,7 @@ def run(
         synchronous round's outcome follows from its job plan in one vectorised step, and,
         with on/off availability, from the plan and the devices' on-intervals; flat
         synchronous rounds on a star or hierarchical network (devices always online) play
-        their jobs in one loop, without SimPy processes (:mod:`simfl.engine.flowround`);
+        their jobs in one loop, without SimPy processes (:mod:`simfl.engine.flows.flowround`);
         asynchronous
         runs of devices always online handle their jobs from a heap of the instants they
         resolve (:mod:`simfl.engine.async_planned`; timing-only ones as plain numbers,

@@ -46,9 +46,9 @@ from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from simfl.algorithms.base import Updates
-from simfl.engine.flowround import applies as flow_rounds_apply
+from simfl.engine.flows import FlowNetwork, Links, ReferenceFlowNetwork
+from simfl.engine.flows import applies as flow_rounds_apply
 from simfl.engine.jobs import JobPlan, plan_jobs
-from simfl.engine.links import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.playback import Live, Planned, Playback, Resolved
 from simfl.fleet import AvailabilityCursor

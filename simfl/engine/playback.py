@@ -9,7 +9,7 @@
     (:func:`~simfl.engine.jobs.planned_split`).
 :class:`Live`
     Devices with on/off availability and/or a shared network: a transfer's duration depends on
-    the other flows on its links (:mod:`simfl.engine.links`), and a device going offline aborts
+    the other flows on its links (:mod:`simfl.engine.flows`), and a device going offline aborts
     or pauses its job. The job's record is kept as it runs (:mod:`simfl.engine.live`).
 :class:`Resolved`
     On/off availability on private links: availability is then the only thing touching a
@@ -34,8 +34,8 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
+from simfl.engine.flows import Links
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
-from simfl.engine.links import Links
 from simfl.engine.live import DeviceRuntime
 from simfl.engine.offline import Resolution, resolve
 from simfl.fleet import Fleet

@@ -28,9 +28,8 @@ from numpy.typing import NDArray
 
 from simfl.engine.aggregation import close_aggregation
 from simfl.engine.edge import EdgeRound
-from simfl.engine.flowround import play_flow_round
+from simfl.engine.flows import FlowNetwork, play_flow_round
 from simfl.engine.jobs import JobPlan, fit_work, resolution
-from simfl.engine.links import FlowNetwork
 from simfl.engine.offline import Resolution
 from simfl.engine.playback import Live, Resolved, delay_below
 from simfl.engine.playback import landing_delay as _delay_until
@@ -274,7 +273,7 @@ def _flow_round(
 ) -> Generator[Any, Any, None]:
     """The round on shared links, its jobs played in one loop of their own.
 
-    :func:`~simfl.engine.flowround.play_flow_round` plays the events of
+    :func:`~simfl.engine.flows.flowround.play_flow_round` plays the events of
     :func:`_process_round` (the same calls on the links, the same records) up to the instant
     the server would close the round; the server sleeps until then and closes it. A run
     ending first finds the round as the job processes would leave it.
