@@ -50,7 +50,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simfl.engine.flows.network import FlowNetwork
-from simfl.engine.flows.sharedlink import TOLERANCE, Member, SharedLink
+from simfl.engine.flows.sharedlink import Member, SharedLink
 from simfl.engine.jobs import JobPlan
 from simfl.outcome import ARRIVED, DROPPED
 
@@ -109,14 +109,7 @@ class _Transfer(Member):
     )
 
     def __init__(self, size: float, cap: float, job: int, stage: int):
-        # Member.__init__, inline (a flow round makes two of these per job)
-        self.size = size
-        self.tol = TOLERANCE * (1.0 if size < 1.0 else size)  # max(size, 1.0), no call
-        self.cap = cap
-        self.link = None
-        self.capped = False
-        self.key = self.t0 = self.rem0 = 0.0
-        self.ver = self.seq = 0
+        super().__init__(size, cap)
         self.remaining = size
         self.delivered = 0.0
         self.job = job
@@ -245,8 +238,7 @@ class _Round:
         if len(finished) > 1:
             finished.sort(key=_seq_of)
         for m in finished:
-            m.delivered += m.remaining  # _carry(m, 0.0), inline
-            m.remaining = 0.0
+            self._carry(m, 0.0)
             m.done = True
         heap = self.heap
         if self.closes is not None or (heap and heap[0][0] <= now):
@@ -256,33 +248,8 @@ class _Round:
             return
         self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
-        busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
-        began, flows = self.began, self.flows
         for m in finished:
-            if m.race:
-                self._fire(m, now)
-                continue
-            # _resumed(m, now) of a flow that is done, then _stage_done(j, True, now), inline
-            j = m.job
-            took = now - began[j]
-            busy[j] += took
-            spent[m.stage][j] += took
-            flows[j] = None
-            s = progress[j] = progress[j] + 1
-            if s == 1:  # _timed(j, 1, compute, now), inline
-                active[j] = now
-                stop = now + (self.fail_after[j] - busy[j])
-                seconds = self.compute[j]
-                done = now + seconds <= stop
-                used = seconds if done else stop - now
-                heapq.heappush(self.heap, (now + used, self.order, _COMPUTE, j, used, done))
-                self.order += 1
-            elif s == 2:  # pragma: no cover - a transfer is never the compute stage
-                active[j] = now
-                self._timed(j, 2, self.latency[j], now)
-            else:
-                active[j] = _NAN
-                self._resolve(j, True, now)
+            self._done(m, now)
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -316,12 +283,8 @@ class _Round:
             heap[:] = [entry for entry in heap if entry[0] != t0]
             heapq.heapify(heap)
         due.sort(key=_order_of)
-        busy, spent, active = self.busy, self.spent, self.active
-        for _, _, _, j, used, _ in due:  # _timed_over(j, 0, used, True, t0), inline
-            busy[j] += used
-            spent[0][j] += used
-            active[j] = t0
-            self._begin(j, 0, t0)
+        for _, _, _, j, used, _ in due:
+            self._timed_over(j, 0, used, True, t0)
 
     def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
         self.busy[j] += used

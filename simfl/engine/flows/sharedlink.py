@@ -68,7 +68,7 @@ class Member:
     def __init__(self, size: float, cap: float = math.inf) -> None:
         self.size = float(size)
         #: bytes left that count as none (:meth:`done_by`), worked out once
-        self.tol = TOLERANCE * max(self.size, 1.0)  # (_Transfer works it out inline)
+        self.tol = TOLERANCE * max(self.size, 1.0)
         #: its own limit (bytes/s) besides the shared link
         self.cap = float(cap)
         self.link: SharedLink | None = None
@@ -205,14 +205,7 @@ class SharedLink:
             _, _, ver, top = by_key[0]
             if top.ver != ver or top.link is None:
                 return True
-            level = self.level  # _clock_at(now), inline
-            if self.follows:
-                clock = self._clock_at(now)
-            elif self.n_level == 0 or level == math.inf or level == -math.inf:
-                clock = self.clock
-            else:
-                clock = self.clock + level * (now - self.since)
-            if top.key - clock <= top.tol:
+            if top.key - self._clock_at(now) <= top.tol:
                 return True
         by_end = self._by_end
         if by_end:
@@ -226,16 +219,9 @@ class SharedLink:
     def finished(self, now: float) -> list[Member]:
         """Members done at ``now`` (within tolerance); the link is advanced to ``now``.
 
-        :meth:`_top`, :meth:`remaining` and :meth:`Member.done_by` inline (the same
-        arithmetic: once the link is advanced, a level member's remaining bytes are
-        ``key - clock``).
+        Once the link is advanced, a level member's remaining bytes are ``key - clock``.
         """
-        if self.follows:
-            self._sync(now)
-        level = self.level  # _advance(now), inline
-        if self.n_level and level != math.inf and level != -math.inf:
-            self.clock = self.clock + level * (now - self.since)
-        self.since = now
+        self._advance(now)
         out: list[Member] = []
         pop = heapq.heappop
         by_key = self._by_key
@@ -244,20 +230,9 @@ class SharedLink:
             if top.ver != ver or top.link is None:
                 pop(by_key)
                 continue
-            # remaining(top, now): the link is at ``now``, so _clock_at(now) is the clock
-            if not top.key - self.clock <= top.tol:
+            if not top.key - self.clock <= top.tol:  # its remaining bytes (done_by)
                 break
-            # _drop(top) of a level member, inline
-            self._bounds_at = None
-            if self.parent is not None and not (self.dirty and self.take_stale):
-                self._changed()
-            top.ver += 1
-            self.n_level -= 1
-            top.link = None
-            if self.n_level == 0:
-                self.clock = 0.0
-                by_key.clear()
-                self._by_low.clear()
+            self._drop(top)
             out.append(top)
         by_end = self._by_end
         while by_end:
@@ -292,24 +267,10 @@ class SharedLink:
                     return
                 heapq.heappop(by_end)
             return  # pragma: no cover - m itself is on the heap
-        # _advance and _to_level with the same arithmetic, inline
-        if self.follows:
-            self._sync(now)
-        level = self.level
-        if self.n_level and level != math.inf and level != -math.inf:
-            self.clock = self.clock + level * (now - self.since)
-        self.since = now
+        self._advance(now)
         m.link = self
-        m.seq = seq = next(_seq)
-        self._bounds_at = None
-        if self.parent is not None and not (self.dirty and self.take_stale):
-            self._changed()
-        m.ver = ver = m.ver + 1
-        m.capped = False
-        m.key = key = self.clock + remaining
-        self.n_level += 1
-        heapq.heappush(self._by_key, (key, seq, ver, m))
-        heapq.heappush(self._by_low, (m.cap, seq, ver, m))
+        m.seq = next(_seq)
+        self._to_level(m, remaining)
         if nested:
             self.settle(now)
         else:
@@ -482,8 +443,14 @@ class SharedLink:
     def _advance(self, now: float) -> None:
         if self.follows:
             self._sync(now)
-            return
-        self.clock = self._clock_at(now)
+        else:
+            self._advance_own(now)
+
+    def _advance_own(self, now: float) -> None:
+        """Advance the clock to ``now`` at this link's own level (as :meth:`_clock_at`)."""
+        level = self.level
+        if self.n_level and level != math.inf and level != -math.inf:
+            self.clock = self.clock + level * (now - self.since)
         self.since = now
 
     def _sync(self, now: float) -> None:
@@ -725,7 +692,7 @@ class SharedLink:
         were: a saturated one keeps its own level, a follower its offset.
         """
         self.level = level
-        inf, pop = math.inf, heapq.heappop
+        inf = math.inf
         finite = level != inf and level != -inf
         touched = self._touched
         for child in touched:
@@ -739,48 +706,28 @@ class SharedLink:
                     child.fver += 1
                     self.n_follow -= 1
             else:
-                if child.since != now:  # child._advance(now) at its old level, inline
-                    old = child.level
-                    if n and old != inf and old != -inf:
-                        child.clock = child.clock + old * (now - child.since)
-                    child.since = now
+                child._advance(now)  # at its old level
                 if follow:
                     child.follows = True
                     child.offset = self.fclock - child.clock
                     self.n_follow += 1
-            if child.saturated:  # _own_level, inline
-                own = (child.capacity - child.capped_sum) / n if n else inf
-            else:
-                own = level
+            own = child._own_level() if child.saturated else level
             child.level = own
             t = inf
-            if n:  # its first level member: a follower's entry, or its next_finish
-                heap = child._by_key
-                while heap:  # _top, inline
-                    _, _, ver, first = heap[0]
-                    if first.ver == ver and first.link is not None:
-                        if follow:
-                            child.fver = fver = child.fver + 1
-                            child.wkey = wkey = first.key + child.offset
-                            heapq.heappush(self._follow, (wkey, child.slot, fver, child))
-                        elif own < inf:
-                            t = child.since + (first.key - child.clock) / own
-                        break
-                    pop(heap)
-            if child.capped:
-                heap = child._by_end
-                while heap:
-                    _, _, ver, first = heap[0]
-                    if first.ver == ver and first.link is not None:
-                        end = first.t0 + first.rem0 / first.cap
-                        if end < t:  # min(t, end)
-                            t = end
-                        break
-                    pop(heap)
-            if t != child.next_at:  # child._next(t), inline
-                child.next_at = t
-                if not child.listed and child.filing is not None:
-                    child._refile()
+            first = self._top(child._by_key) if n else None
+            if first is not None:  # its first level member: a follower's entry, or next_finish
+                if follow:
+                    child.fver = fver = child.fver + 1
+                    child.wkey = wkey = first.key + child.offset
+                    heapq.heappush(self._follow, (wkey, child.slot, fver, child))
+                elif own < inf:
+                    t = child.since + (first.key - child.clock) / own
+            first = self._top(child._by_end) if child.capped else None
+            if first is not None:
+                end = first.t0 + first.rem0 / first.cap
+                if end < t:  # min(t, end)
+                    t = end
+            child._next(t)
         touched.clear()
         if not self.n_follow:
             self.fclock = 0.0
@@ -894,71 +841,21 @@ class SharedLink:
     def _rebalance(self, now: float) -> None:
         """Water-filling from the current classes: each member changes class at most twice.
 
-        :meth:`_move_one` and :meth:`next_finish`, with their heap look-ups inline (the same
-        arithmetic: this runs at every flow event of a link on its own).
+        The link is advanced at its own level (it follows no parent while it rebalances on its
+        own), then members move one at a time (:meth:`_move_one`) until the classes agree with
+        the level, and its next completion is filed.
         """
-        level = self.level
-        if self.n_level and level != math.inf and level != -math.inf:  # _advance, inline
-            self.clock = self.clock + level * (now - self.since)
-        self.since = now
-        by_low, by_high, pop = self._by_low, self._by_high, heapq.heappop
+        self._advance_own(now)
         steps = 0  # at most 64 + 4 per member (moves keep the number of members)
         while True:
             steps += 1
             if steps > 64 and steps > 64 + 4 * (self.n_level + len(self.capped)):
                 break
-            n = self.n_level
-            level = (self.capacity - self.capped_sum) / n if n else math.inf
+            level = self._own_level()
             self.level = level
-            moved = False
-            while by_low:  # the level member with the smallest cap (_top, inline)
-                _, _, ver, low = by_low[0]
-                if low.ver == ver and low.link is not None:
-                    if low.cap < level:  # below the level: capped by its own link
-                        left = low.key - self.clock
-                        self._drop_level(low)
-                        self._to_capped(low, left, now)
-                        moved = True
-                    break
-                pop(by_low)
-            if moved:
-                continue
-            while by_high:  # the capped member with the largest cap
-                _, _, ver, high = by_high[0]
-                if high.ver == ver and high.link is not None:
-                    if high.cap > level:  # above the level: rejoins it
-                        left = high.rem0 - high.cap * (now - high.t0)
-                        self._drop(high)
-                        high.link = self
-                        self._to_level(high, left)
-                        moved = True
-                    break
-                pop(by_high)
-            if not moved:
+            if not self._move_one(now, level):
                 break
-        # next_finish, inline
-        t = math.inf
-        by_key = self._by_key
-        while by_key:
-            _, _, ver, first = by_key[0]
-            if first.ver == ver and first.link is not None:
-                if level < math.inf:
-                    t = self.since + (first.key - self.clock) / level
-                break
-            pop(by_key)
-        by_end = self._by_end
-        while by_end:
-            _, _, ver, first = by_end[0]
-            if first.ver == ver and first.link is not None:
-                end = first.t0 + first.rem0 / first.cap
-                if end < t:
-                    t = end
-                break
-            pop(by_end)
-        if t != self.next_at:  # _next(t), inline: this runs at every flow event
-            self.next_at = t
-            if not self.listed and self.filing is not None:
-                self._refile()
+        self._next(self.next_finish())
 
     def _drop_level(self, m: Member) -> None:
         self._bounds_at = None
