@@ -72,6 +72,7 @@ def assert_same(topo, script: list[FlowSpec], *, fast: bool = True) -> None:
     np.testing.assert_allclose(t_fast, t_ref, rtol=1e-9, atol=0.0)
     np.testing.assert_allclose(b_fast, b_ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(net.carried, ref.carried, rtol=1e-9, atol=1e-6)
+    assert ref.handover is None and ref.handover_at is None  # the reference never hands over
     if fast:  # the fast structures played it, not the reference fallback
         assert net.reference is None and net.handover is None and net.handover_at is None
     else:  # the network says why it handed over (for the run's record of fallbacks)

@@ -27,17 +27,17 @@ offer the engine):
   (:mod:`simfl.engine.flows.flowround`), with the same arithmetic in the same order.
 
 **The hand-over.** The fast network's structure holds a flow that crosses at most two
-contended links, one nested under the other, and at most one flow at a time on each device's
-own link. Where a topology breaks the first from the start (a graph with a path through three
-contended links), the network plays the reference from its first flow. Where a flow breaks
-either during the run (another nesting of the same links; a device with two flows at once),
-the network hands every flow in progress over to the reference at that instant, with the
-bytes each has left, and plays the reference for the rest of the run. Either way
-:attr:`FlowNetwork.handover <simfl.engine.flows.network.FlowNetwork.handover>` says why and
-:attr:`~simfl.engine.flows.network.FlowNetwork.handover_at` when (``None``: no hand-over).
-The rates are the same max-min fair ones before and after; only the cost per event changes,
-and the arithmetic (so results may differ by rounding from a run the fast network plays
-throughout).
+contended links, one nested under the other, and at most one flow at a time on each device's own
+link. Where a topology breaks the first from the start (a graph with a path through three contended
+links), the network plays the reference from its first flow. Where a flow breaks either during the
+run (another nesting of the same links; a device with two flows at once), the network hands every
+flow in progress over to the reference at that instant, with the bytes each has left, and plays the
+reference for the rest of the run. Either way the network's ``handover`` says why and
+``handover_at`` when (both ``None`` without a hand-over; every
+:class:`~simfl.engine.flows.links.Links` has them, the reference's always ``None``), for the run's
+record of fallbacks. The rates are the same max-min fair ones before and after; only the cost per
+event changes, and the arithmetic (so results may differ by rounding from a run the fast network
+plays throughout).
 
 **Compiled or not.** The modules listed in ``_native.MODULES`` (all of this package's but
 :mod:`~simfl.engine.flows.maxmin`, which is NumPy) are plain, fully typed Python that

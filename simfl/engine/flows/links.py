@@ -60,6 +60,11 @@ class Links(ABC):
         self.capacity[1::2] = topology.up
         #: bytes delivered per resource (``carried`` given: the array it adds to, shared)
         self._carried = np.zeros(self.capacity.size) if carried is None else carried
+        #: why the flows were handed over to the reference algorithm (``None``: they were
+        #: not; only the fast network hands over, see :mod:`simfl.engine.flows`)
+        self.handover: str | None = None
+        #: the simulated instant of that hand-over (``None``: none)
+        self.handover_at: float | None = None
 
     @property
     def carried(self) -> NDArray[np.float64]:

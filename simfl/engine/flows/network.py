@@ -82,14 +82,10 @@ class FlowNetwork(Links):
         self.token = 0
         #: when the pending wake-up is due (``inf``: none): the calendar's earliest completion
         self.wake_at = math.inf
-        #: the reference algorithm playing every flow since the hand-over (``None``: none yet)
+        #: the reference algorithm playing every flow since the hand-over (``None``: none yet;
+        #: :attr:`handover` says why, :attr:`handover_at` when: when the network was built,
+        #: where the topology asks for it from the start)
         self.reference: ReferenceFlowNetwork | None = None
-        #: why the network handed its flows over to the reference algorithm (``None``: it has
-        #: not; for the run's record of fallbacks)
-        self.handover: str | None = None
-        #: the simulated instant of the hand-over (when the network was built, where the
-        #: topology asks for it from the start)
-        self.handover_at: float | None = None
         #: each device's path per (device, direction, local): its resources and its route
         self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
         #: every device's path per direction, worked out for the whole fleet at once (empty
