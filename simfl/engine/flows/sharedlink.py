@@ -219,9 +219,16 @@ class SharedLink:
     def finished(self, now: float) -> list[Member]:
         """Members done at ``now`` (within tolerance); the link is advanced to ``now``.
 
-        Once the link is advanced, a level member's remaining bytes are ``key - clock``.
+        :meth:`_top`, :meth:`remaining` and :meth:`Member.done_by` inline (the same
+        arithmetic: once the link is advanced, a level member's remaining bytes are
+        ``key - clock``).
         """
-        self._advance(now)
+        if self.follows:
+            self._sync(now)
+        level = self.level  # _advance(now), inline
+        if self.n_level and level != math.inf and level != -math.inf:
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
         out: list[Member] = []
         pop = heapq.heappop
         by_key = self._by_key
@@ -230,9 +237,20 @@ class SharedLink:
             if top.ver != ver or top.link is None:
                 pop(by_key)
                 continue
-            if not top.key - self.clock <= top.tol:  # its remaining bytes (done_by)
+            # remaining(top, now): the link is at ``now``, so _clock_at(now) is the clock
+            if not top.key - self.clock <= top.tol:
                 break
-            self._drop(top)
+            # _drop(top) of a level member, inline
+            self._bounds_at = None
+            if self.parent is not None and not (self.dirty and self.take_stale):
+                self._changed()
+            top.ver += 1
+            self.n_level -= 1
+            top.link = None
+            if self.n_level == 0:
+                self.clock = 0.0
+                by_key.clear()
+                self._by_low.clear()
             out.append(top)
         by_end = self._by_end
         while by_end:
@@ -267,10 +285,24 @@ class SharedLink:
                     return
                 heapq.heappop(by_end)
             return  # pragma: no cover - m itself is on the heap
-        self._advance(now)
+        # _advance and _to_level with the same arithmetic, inline
+        if self.follows:
+            self._sync(now)
+        level = self.level
+        if self.n_level and level != math.inf and level != -math.inf:
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
         m.link = self
-        m.seq = next(_seq)
-        self._to_level(m, remaining)
+        m.seq = seq = next(_seq)
+        self._bounds_at = None
+        if self.parent is not None and not (self.dirty and self.take_stale):
+            self._changed()
+        m.ver = ver = m.ver + 1
+        m.capped = False
+        m.key = key = self.clock + remaining
+        self.n_level += 1
+        heapq.heappush(self._by_key, (key, seq, ver, m))
+        heapq.heappush(self._by_low, (m.cap, seq, ver, m))
         if nested:
             self.settle(now)
         else:
@@ -443,14 +475,8 @@ class SharedLink:
     def _advance(self, now: float) -> None:
         if self.follows:
             self._sync(now)
-        else:
-            self._advance_own(now)
-
-    def _advance_own(self, now: float) -> None:
-        """Advance the clock to ``now`` at this link's own level (as :meth:`_clock_at`)."""
-        level = self.level
-        if self.n_level and level != math.inf and level != -math.inf:
-            self.clock = self.clock + level * (now - self.since)
+            return
+        self.clock = self._clock_at(now)
         self.since = now
 
     def _sync(self, now: float) -> None:
@@ -692,7 +718,7 @@ class SharedLink:
         were: a saturated one keeps its own level, a follower its offset.
         """
         self.level = level
-        inf = math.inf
+        inf, pop = math.inf, heapq.heappop
         finite = level != inf and level != -inf
         touched = self._touched
         for child in touched:
@@ -706,28 +732,48 @@ class SharedLink:
                     child.fver += 1
                     self.n_follow -= 1
             else:
-                child._advance(now)  # at its old level
+                if child.since != now:  # child._advance(now) at its old level, inline
+                    old = child.level
+                    if n and old != inf and old != -inf:
+                        child.clock = child.clock + old * (now - child.since)
+                    child.since = now
                 if follow:
                     child.follows = True
                     child.offset = self.fclock - child.clock
                     self.n_follow += 1
-            own = child._own_level() if child.saturated else level
+            if child.saturated:  # _own_level, inline
+                own = (child.capacity - child.capped_sum) / n if n else inf
+            else:
+                own = level
             child.level = own
             t = inf
-            first = self._top(child._by_key) if n else None
-            if first is not None:  # its first level member: a follower's entry, or next_finish
-                if follow:
-                    child.fver = fver = child.fver + 1
-                    child.wkey = wkey = first.key + child.offset
-                    heapq.heappush(self._follow, (wkey, child.slot, fver, child))
-                elif own < inf:
-                    t = child.since + (first.key - child.clock) / own
-            first = self._top(child._by_end) if child.capped else None
-            if first is not None:
-                end = first.t0 + first.rem0 / first.cap
-                if end < t:  # min(t, end)
-                    t = end
-            child._next(t)
+            if n:  # its first level member: a follower's entry, or its next_finish
+                heap = child._by_key
+                while heap:  # _top, inline
+                    _, _, ver, first = heap[0]
+                    if first.ver == ver and first.link is not None:
+                        if follow:
+                            child.fver = fver = child.fver + 1
+                            child.wkey = wkey = first.key + child.offset
+                            heapq.heappush(self._follow, (wkey, child.slot, fver, child))
+                        elif own < inf:
+                            t = child.since + (first.key - child.clock) / own
+                        break
+                    pop(heap)
+            if child.capped:
+                heap = child._by_end
+                while heap:
+                    _, _, ver, first = heap[0]
+                    if first.ver == ver and first.link is not None:
+                        end = first.t0 + first.rem0 / first.cap
+                        if end < t:  # min(t, end)
+                            t = end
+                        break
+                    pop(heap)
+            if t != child.next_at:  # child._next(t), inline
+                child.next_at = t
+                if not child.listed and child.filing is not None:
+                    child._refile()
         touched.clear()
         if not self.n_follow:
             self.fclock = 0.0
@@ -841,21 +887,71 @@ class SharedLink:
     def _rebalance(self, now: float) -> None:
         """Water-filling from the current classes: each member changes class at most twice.
 
-        The link is advanced at its own level (it follows no parent while it rebalances on its
-        own), then members move one at a time (:meth:`_move_one`) until the classes agree with
-        the level, and its next completion is filed.
+        :meth:`_move_one` and :meth:`next_finish`, with their heap look-ups inline (the same
+        arithmetic: this runs at every flow event of a link on its own).
         """
-        self._advance_own(now)
+        level = self.level
+        if self.n_level and level != math.inf and level != -math.inf:  # _advance, inline
+            self.clock = self.clock + level * (now - self.since)
+        self.since = now
+        by_low, by_high, pop = self._by_low, self._by_high, heapq.heappop
         steps = 0  # at most 64 + 4 per member (moves keep the number of members)
         while True:
             steps += 1
             if steps > 64 and steps > 64 + 4 * (self.n_level + len(self.capped)):
                 break
-            level = self._own_level()
+            n = self.n_level
+            level = (self.capacity - self.capped_sum) / n if n else math.inf
             self.level = level
-            if not self._move_one(now, level):
+            moved = False
+            while by_low:  # the level member with the smallest cap (_top, inline)
+                _, _, ver, low = by_low[0]
+                if low.ver == ver and low.link is not None:
+                    if low.cap < level:  # below the level: capped by its own link
+                        left = low.key - self.clock
+                        self._drop_level(low)
+                        self._to_capped(low, left, now)
+                        moved = True
+                    break
+                pop(by_low)
+            if moved:
+                continue
+            while by_high:  # the capped member with the largest cap
+                _, _, ver, high = by_high[0]
+                if high.ver == ver and high.link is not None:
+                    if high.cap > level:  # above the level: rejoins it
+                        left = high.rem0 - high.cap * (now - high.t0)
+                        self._drop(high)
+                        high.link = self
+                        self._to_level(high, left)
+                        moved = True
+                    break
+                pop(by_high)
+            if not moved:
                 break
-        self._next(self.next_finish())
+        # next_finish, inline
+        t = math.inf
+        by_key = self._by_key
+        while by_key:
+            _, _, ver, first = by_key[0]
+            if first.ver == ver and first.link is not None:
+                if level < math.inf:
+                    t = self.since + (first.key - self.clock) / level
+                break
+            pop(by_key)
+        by_end = self._by_end
+        while by_end:
+            _, _, ver, first = by_end[0]
+            if first.ver == ver and first.link is not None:
+                end = first.t0 + first.rem0 / first.cap
+                if end < t:
+                    t = end
+                break
+            pop(by_end)
+        if t != self.next_at:  # _next(t), inline: this runs at every flow event
+            self.next_at = t
+            if not self.listed and self.filing is not None:
+                self._refile()
 
     def _drop_level(self, m: Member) -> None:
         self._bounds_at = None
