@@ -1,12 +1,14 @@
-"""Build: simfl's hot pure-Python modules compiled with mypyc where this machine can.
+"""Build: the shared-link package's hot modules compiled with mypyc where this machine can.
 
-The shared links' arithmetic (``simfl/network/sharing.py``), the flow networks
-(``simfl/engine/links.py``) and the flow-round loop (``simfl/engine/flowround.py``) are plain,
-fully typed Python; mypyc (part of mypy) compiles them to C extensions that run the same
-operations about twice as fast. They stay valid Python: without a C compiler, or with
+The modules of ``simfl/engine/flows/`` that play shared links (the links' arithmetic, the flow
+networks, the flow-round loop; every module of that package but its ``__init__``, its build
+choice and its NumPy progressive filling) are plain, fully typed Python; mypyc (part of mypy)
+compiles them to C extensions that run the same operations about twice as fast. They are the
+only compiled modules. They stay valid Python: without a C compiler, or with
 ``SIMFL_PURE_PYTHON=1`` set while installing, the build skips them and simfl runs them as
-Python, with the same results bit for bit (``tests/test_native.py``). ``simfl/_native.py``
-decides at import which of the two runs (stale or missing builds run as Python).
+Python, with the same results bit for bit (``tests/test_native.py``).
+``simfl/engine/flows/_native.py`` decides when the package is imported which of the two runs
+(stale or missing builds run as Python).
 
 Floating-point contraction is turned off (``-ffp-contract=off``) so that no compiler fuses a
 multiply and an add into one rounding: the compiled arithmetic is the interpreter's.
@@ -22,10 +24,17 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
-#: the compiled modules (keep in step with ``simfl/_native.py``)
-NATIVE = ("simfl/network/sharing.py", "simfl/engine/links.py", "simfl/engine/flowround.py")
-#: what the build compiled: one ``sha256 path`` line per module (read by ``simfl/_native.py``)
-RECORD = ROOT / "simfl" / "_native_sources.txt"
+#: the compiled modules (keep in step with ``simfl/engine/flows/_native.py``)
+NATIVE = (
+    "simfl/engine/flows/sharedlink.py",
+    "simfl/engine/flows/calendar.py",
+    "simfl/engine/flows/links.py",
+    "simfl/engine/flows/reference.py",
+    "simfl/engine/flows/network.py",
+    "simfl/engine/flows/flowround.py",
+)
+#: what the build compiled: one ``sha256 path`` line per module (read by ``_native.py``)
+RECORD = ROOT / "simfl" / "engine" / "flows" / "_native_sources.txt"
 
 
 #: the commands that build extensions (metadata commands, which pip runs first, need none)

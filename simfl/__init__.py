@@ -25,8 +25,6 @@ engine. :mod:`simfl.sweeps` runs grids of scenarios into a store (:func:`sweep`)
 
 from typing import TYPE_CHECKING, Any
 
-# _native first: it picks the compiled modules or their Python sources before they are imported
-from simfl import _native as _native
 from simfl import algorithms, dists, policies, sweeps, tasks
 from simfl.engine import run
 from simfl.fleet import Fleet, Profile

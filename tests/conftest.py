@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``tests/test_native.py`` runs them on the Python sources in a subprocess instead.
     """
-    from simfl import _native
+    from simfl.engine.flows import _native
 
     if not _native.ACTIVE:
         return

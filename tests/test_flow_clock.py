@@ -18,8 +18,7 @@ import pytest
 import simpy
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine import flowround
-from simfl.engine.links import FlowNetwork
+from simfl.engine.flows import FlowNetwork, flowround
 from simfl.network import Network
 
 
@@ -50,7 +49,7 @@ def test_a_flow_round_wakes_only_when_a_flow_finishes(monkeypatch: pytest.Monkey
     wake = FlowNetwork._wake
 
     def counted(self: FlowNetwork, token: int) -> None:
-        live_wakes.append(token == self._token)
+        live_wakes.append(token == self.token)
         wake(self, token)
 
     round_wakes: list[int] = []  # flows finished by each wake-up of a flow round
@@ -106,13 +105,11 @@ def test_fleet_routes_equal_the_routes_worked_out_per_device(network: Network) -
     topology = network.build(4.0 * up, up, np.zeros(9))
     fleet = FlowNetwork(simpy.Environment(), topology)
     single = FlowNetwork(simpy.Environment(), topology)
-    assert fleet._fleet and fleet.reference is None
-    single._fleet = {}  # every path worked out one device at a time
+    assert fleet.fleet and fleet.reference is None
+    single.fleet = {}  # every path worked out one device at a time
     for device in [5, 0, 8, 3, 4, 1, 7, 2, 6]:  # edges attach in first-use order
         for direction in ("up", "down"):
-            (a, route_a), (b, route_b) = (
-                net._path(device, direction, False) for net in (fleet, single)
-            )
+            (a, route_a), (b, route_b) = (net.path(device, direction) for net in (fleet, single))
             np.testing.assert_array_equal(a, b)
             np.testing.assert_array_equal(a, fleet.resources(device, direction))
             assert route_a == route_b

@@ -1,6 +1,6 @@
 """Synchronous rounds on shared links played without job processes equal the live path.
 
-``simfl.engine.flowround`` plays a flat synchronous round on the fast links with a clock of
+``simfl.engine.flows.flowround`` plays a flat synchronous round on the fast links with a clock of
 its own (no SimPy process per job). Its frames must be *identical* to the live job processes'
 (``run(..., batched=False)``) over random stars and hierarchies, unequal and equal access
 links (ties), latencies, WaitAll / Deadline / FastestK, dropouts (both offline modes) and

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies, run
-from simfl.engine.links import FlowNetwork
-from simfl.network import Network, max_min_rates
+from simfl.engine.flows import FlowNetwork, max_min_rates
+from simfl.network import Network
 
 
 def one_link(capacity: float, n_devices: int = 8):

@@ -30,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1] / "simfl"
 
 LAYERS = {
     "_checks": 0,
-    "_native": 0,  # which build of the compiled modules runs (imports nothing of simfl)
     "rng": 0,
     "dists": 0,
     "outcome": 0,
@@ -165,14 +164,6 @@ def test_the_engine_knows_policy_families_not_policies():
                 assert ident not in concrete, (name, ident)
 
 
-# Modules that still read private members of other modules' objects, kept out of
-# test_no_module_reads_another_modules_private_members until the engine's flows package
-# replaces them. TEMPORARY: removed when merged.
-PRIVATE_READS_EXEMPT = {
-    "simfl/engine/flowround.py",
-    "simfl/engine/links.py",
-}
-
 # Private names of other libraries that simfl reads, each with why no public name does.
 FOREIGN_PRIVATE_ALLOWED = {
     "os._exit": "documented API: leaves a forked child at once, without the parent's clean-up",
@@ -225,8 +216,6 @@ def test_no_module_reads_another_modules_private_members():
     bad = []
     for path in sorted(ROOT.rglob("*.py")):
         where = path.relative_to(ROOT.parent).as_posix()
-        if where in PRIVATE_READS_EXEMPT:
-            continue
         bad += [
             f"{where}:{line}: {text}"
             for line, text in _private_reads(path)
@@ -249,11 +238,6 @@ def test_the_private_reads_scan_finds_them(tmp_path: Path):
     )
     assert _private_reads(file) == [(7, "env._now"), (8, "net._free"), (8, "net.inner._link")]
 
-
-# Files whose comments and docstrings other helpers rewrite (the engine and the shared links).
-# TEMPORARY: removed when merged.
-HISTORY_EXEMPT = {"simfl/network/sharing.py"}
-HISTORY_EXEMPT_UNDER = "simfl/engine/flowround"
 
 #: Words that tell history rather than what the code is: an issue, a stop, a machine.
 HISTORY = re.compile(r"\bissue\s*#?\d+|\bstop\s+\d+|\b(epyc|xeon)\b", re.IGNORECASE)
@@ -316,8 +300,6 @@ def test_no_comment_or_docstring_names_an_issue_a_stop_or_a_machine():
     bad = []
     for path in sorted(ROOT.rglob("*.py")):
         where = path.relative_to(ROOT.parent).as_posix()
-        if where in HISTORY_EXEMPT or where.startswith(HISTORY_EXEMPT_UNDER):
-            continue
         bad += [f"{where}:{line}: {text}" for line, text in _python_words(path)]
     for path in sorted(docs.glob("*.md")):
         where = path.relative_to(ROOT.parent).as_posix()
@@ -429,3 +411,31 @@ def test_the_playback_is_chosen_in_one_module():
     """Playbacks are built only by the table's module; nothing else tells them apart."""
     assert playback_choice_violations(ROOT) == []
     assert {"PlannedPlayback", "ReferencePlayback"} <= _playback_classes(_modules())
+
+
+def _compiled_in_setup() -> list[str]:
+    """The modules ``setup.py`` compiles (its ``NATIVE``, read without running it)."""
+    tree = ast.parse((ROOT.parent / "setup.py").read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "NATIVE":
+            assert node.value is not None
+            return list(ast.literal_eval(node.value))
+    pytest.fail("setup.py defines no NATIVE")
+
+
+def test_mypyc_compiled_modules_live_in_one_package():
+    from simfl.engine.flows import _native
+
+    package = "simfl.engine.flows"
+    built = [p.removesuffix(".py").replace("/", ".") for p in _compiled_in_setup()]
+    assert built == list(_native.MODULES)  # setup.py and the run-time choice agree
+    assert built and all(m.rpartition(".")[0] == package for m in built), built
+    assert all(m in GRAPH for m in built)  # every one a module of the package
+    # the choice is made in the package, before any compiled module is imported
+    assert "_native" not in {p.stem for p in ROOT.glob("*.py")}
+    init = (ROOT / "engine" / "flows" / "__init__.py").read_text()
+    first = next(n for n in ast.parse(init).body if isinstance(n, ast.Import | ast.ImportFrom))
+    assert isinstance(first, ast.ImportFrom) and [a.name for a in first.names] == ["_native"]

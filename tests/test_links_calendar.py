@@ -1,6 +1,6 @@
 """The links' calendar and a parent's kept sum of its children's takes (no pass over all links).
 
-A network's :class:`~simfl.network.sharing.Calendar` must give exactly what the pass over
+A network's :class:`~simfl.engine.flows.calendar.Calendar` must give exactly what the pass over
 every link gave (the earliest ``next_at``; the links with ``next_at <= at``, in filing order),
 and :meth:`SharedLink._fits` exactly the loop over the children it replaces, to the bit, at
 and near the boundary too. Networks of many edge links then play exactly as the live job
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import Fleet, Scenario, algorithms, dists, policies
+from simfl.engine.flows import Calendar, Member, SharedLink
 from simfl.network import Network
-from simfl.network.sharing import Calendar, Member, SharedLink
 from tests.test_flow_round import assert_frames_close, assert_frames_equal, played
 from tests.test_links_tree import nested
 

@@ -22,9 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import run
-from simfl.engine.links import FlowNetwork, ReferenceFlowNetwork
+from simfl.engine.flows import FlowNetwork, Member, ReferenceFlowNetwork, SharedLink
 from simfl.network import Network
-from simfl.network.sharing import Member, SharedLink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import fingerprints
@@ -73,8 +72,11 @@ def assert_same(topo, script: list[FlowSpec], *, fast: bool = True) -> None:
     np.testing.assert_allclose(t_fast, t_ref, rtol=1e-9, atol=0.0)
     np.testing.assert_allclose(b_fast, b_ref, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(net.carried, ref.carried, rtol=1e-9, atol=1e-6)
+    assert ref.handover is None and ref.handover_at is None  # the reference never hands over
     if fast:  # the fast structures played it, not the reference fallback
-        assert net.reference is None
+        assert net.reference is None and net.handover is None and net.handover_at is None
+    else:  # the network says why it handed over (for the run's record of fallbacks)
+        assert net.reference is None or net.handover is not None
 
 
 def star(server_up: float, server_down: float, access: list[float]):
@@ -169,6 +171,8 @@ def test_three_contended_levels_play_the_reference_from_the_start():
     topo = Network.from_graph(g).build(np.full(4, 20.0), np.full(4, 20.0), np.zeros(4))
     net = FlowNetwork(simpy.Environment(), topo)
     assert net.reference is not None
+    assert net.handover == "a path crosses more than two contended links"
+    assert net.handover_at == 0.0
     script: list[FlowSpec] = [(i, "up", 100.0, 0.0, None, None, False) for i in range(4)]
     assert_same(topo, script, fast=False)
 
@@ -183,6 +187,8 @@ def test_a_second_flow_on_one_access_link_hands_over_to_the_reference_mid_run():
     ]
     times, _, net = play(FlowNetwork, topo, script)
     assert net.reference is not None
+    assert net.handover == "two flows at once on one device's own link"
+    assert net.handover_at == 1.0  # when the second flow started
     # 1 s at 10 each (10 bytes moved), then device 0's link is shared by two flows: 5 each
     # until the 20-byte one is done (4 s), then 10 again: 40 - 20 = 20 bytes left, at 10: 2 s
     np.testing.assert_allclose(times, [7.0, 5.0, 5.0], rtol=1e-12)

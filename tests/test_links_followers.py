@@ -1,14 +1,14 @@
 """A cloud link that binds: its tree solved without a pass over its edges, followers on its clock.
 
-Under a binding parent, :meth:`SharedLink._rebalance_tree` keeps the sums that give the level
-and four heaps of the children, and an unsaturated child's level members (a *follower*'s) are
-read off the parent's follower clock, so a flow event takes in only the children that changed.
-These hold it to independent results: progressive filling
-(:func:`~simfl.network.flows.max_min_rates`) after every change of long scripts (many children,
-heaps compacted), the reference network (``ReferenceFlowNetwork``, relative ``1e-9``) on a
-hierarchy of 40 edges and on a FedBuff run that keeps the cloud binding throughout, the
-followers due at a wake-up against the followers' own completions, the rounding fallback
-finishing a follower's member, and the work per event (children taken in).
+Under a binding parent, :meth:`SharedLink._rebalance_tree` keeps the sums that give the level and
+four heaps of the children, and an unsaturated child's level members (a *follower*'s) are read off
+the parent's follower clock, so a flow event takes in only the children that changed. These hold it
+to independent results: progressive filling (:func:`~simfl.engine.flows.maxmin.max_min_rates`) after
+every change of long scripts (many children, heaps compacted), the reference network
+(``ReferenceFlowNetwork``, relative ``1e-9``) on a hierarchy of 40 edges and on a FedBuff run that
+keeps the cloud binding throughout, the followers due at a wake-up against the followers' own
+completions, the rounding fallback finishing a follower's member, and the work per event (children
+taken in).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfl import policies, run
+from simfl.engine.flows import Calendar, Member, SharedLink
 from simfl.network import Network
-from simfl.network.sharing import Calendar, Member, SharedLink
 from tests.test_links_fast import FlowSpec, assert_frames_close, assert_same
 from tests.test_links_tree import expected_rates, nested
 
@@ -106,7 +106,7 @@ def play_on_a_tree(n: int, script: list[tuple[str, int, float, float]]) -> bool:
         until = calendar.earliest() if op == "wake" else now + 0.05
         while calendar.earliest() <= until < INF:
             now = calendar.earliest()
-            assert SharedLink.wake_up(calendar, now, now)
+            assert calendar.wake_up(now, now)
             members = [(k, m) for k, m in members if m.link is not None]
         if op != "wake":
             now = until
@@ -225,7 +225,7 @@ def test_the_rounding_fallback_finishes_a_followers_first_member():
     at = calendar.earliest()
     assert at == pytest.approx(30.0 / 1.5, rel=1e-12)
     assert top.next_at == at and all(k.next_at == INF for k in kids)
-    done = SharedLink.wake_up(calendar, at, at * (1 - 1e-6))
+    done = calendar.wake_up(at, at * (1 - 1e-6))
     assert done == [members[3][1]]  # the 30-byte flow, on the first child
     members = [(k, m) for k, m in members if m.link is not None]
     assert_filling(top, kids, members)
@@ -260,7 +260,7 @@ def test_a_flow_event_takes_in_only_the_children_that_change(monkeypatch):
     assert all(kid.follows for kid in kids)
     at = calendar.earliest()  # the new flow's end: 500 bytes at about 0.5, the others ~1000
     taken.clear()
-    done = SharedLink.wake_up(calendar, at, at)
+    done = calendar.wake_up(at, at)
     assert done == [m]
     assert taken == [kids[7]]
     members = [(k, m) for k, m in members if m.link is not None]

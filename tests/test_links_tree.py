@@ -3,7 +3,7 @@
 ``SharedLink._rebalance_tree`` keeps each child's test as three numbers until that child
 changes, and ``FlowNetwork`` re-solves each tree once per wake-up and routes each device once.
 These hold the results to independent ones: progressive filling
-(:func:`~simfl.network.flows.max_min_rates`) after every change of a many-child tree, and
+(:func:`~simfl.engine.flows.maxmin.max_min_rates`) after every change of a many-child tree, and
 the reference network (``ReferenceFlowNetwork``, relative ``1e-9``) on hierarchies with many
 unequal edges, staggered starts, pauses and cancellations.
 """
@@ -19,10 +19,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simfl.engine.links import FlowNetwork
-from simfl.network import Network, sharing
-from simfl.network.flows import max_min_rates
-from simfl.network.sharing import Member, SharedLink
+from simfl.engine.flows import FlowNetwork, Member, SharedLink, max_min_rates, sharedlink
+from simfl.network import Network
 from tests.test_links_fast import FlowSpec, assert_same
 
 INF = math.inf
@@ -213,7 +211,7 @@ def test_saturated_edges_that_stay_saturated_are_settled_without_the_tree(monkey
         net.start(d, "up", 1e6)
         per_start.append(len(solved) - before)
     assert per_start == [1] * 5 + [0] * 10
-    cloud = next(link for link in net._calendar.links if link.children)
+    cloud = next(link for link in net.calendar.links if link.children)
     assert all(child.saturated for child in cloud.children[1:])  # edges 0-4 (edge 5 first)
 
 
@@ -278,7 +276,7 @@ def _general_add(link: SharedLink, m: Member, remaining: float, now: float) -> N
     """``SharedLink.add`` as its general path: advance, join the level, rebalance."""
     link._advance(now)
     m.link = link
-    m.seq = next(sharing._seq)
+    m.seq = next(sharedlink._seq)
     link._to_level(m, remaining)
     link._rebalance(now)
 

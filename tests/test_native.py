@@ -1,13 +1,12 @@
 """The modules mypyc compiles give the results of their Python sources, bit for bit.
 
-``setup.py`` compiles ``simfl/network/sharing.py``, ``simfl/engine/links.py`` and
-``simfl/engine/flowround.py`` where it can; ``simfl._native`` runs the compiled modules only
-when all of them are there and were built from the current sources. Here: the frames of every
-catalogue scenario with a network (the fingerprints' cases, stars, hierarchies, graphs, edge
-servers, availability on shared links) and of the shared-links benchmark's scenarios hash the
-same in this process and in a pure-Python one (``SIMFL_PURE_PYTHON=1``); the tests that patch
-those modules' classes (which compiled classes do not allow) pass in a pure-Python one; and
-the choice between the two builds follows its rules.
+``setup.py`` compiles the modules of ``simfl/engine/flows/`` listed in its ``NATIVE`` where it can;
+``simfl.engine.flows._native`` runs the compiled modules only when all of them are there and were
+built from the current sources. Here: the frames of every catalogue scenario with a network (the
+fingerprints' cases, stars, hierarchies, graphs, edge servers, availability on shared links) and of
+the shared-links benchmark's scenarios hash the same in this process and in a pure-Python one
+(``SIMFL_PURE_PYTHON=1``); the tests that patch those modules' classes (which compiled classes do
+not allow) pass in a pure-Python one; and the choice between the two builds follows its rules.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from simfl import _native
+from simfl.engine.flows import _native
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "analysis"))
@@ -37,7 +36,8 @@ _DIGESTS = """
 import json, sys
 sys.path[:0] = [sys.argv[1] + "/analysis", sys.argv[1] + "/analysis/perf"]
 import fingerprints, links_throughput
-from simfl import _native, run
+from simfl import run
+from simfl.engine.flows import _native
 assert not _native.ACTIVE, _native.WHY_PURE
 catalogue = fingerprints.catalogue()
 out = {name: fingerprints.fingerprint_case(catalogue[name]) for name in json.loads(sys.argv[2])}
@@ -135,7 +135,8 @@ def test_pure_python_is_chosen_by_the_environment_variable() -> None:
         [
             sys.executable,
             "-c",
-            "import simfl._native as n, simfl.network.sharing as s, simfl.engine.flowround as f;"
+            "import simfl.engine.flows._native as n, simfl.engine.flows.sharedlink as s,"
+            "simfl.engine.flows.flowround as f;"
             "print(n.ACTIVE, n.WHY_PURE, s.__file__, f.__file__)",
         ],
         env=_pure_env(),
@@ -145,7 +146,7 @@ def test_pure_python_is_chosen_by_the_environment_variable() -> None:
     )
     active, *_, sharing, flowround = done.stdout.split()
     assert active == "False" and "SIMFL_PURE_PYTHON is set" in done.stdout
-    assert sharing.endswith("sharing.py") and flowround.endswith("flowround.py")
+    assert sharing.endswith("sharedlink.py") and flowround.endswith("flowround.py")
 
 
 def _fake_build(root: Path, *, compiled: bool = True, record: bool = True) -> None:
@@ -160,7 +161,7 @@ def _fake_build(root: Path, *, compiled: bool = True, record: bool = True) -> No
         digest = hashlib.sha256(source.read_bytes()).hexdigest()
         lines.append(f"{digest} {source.relative_to(root).as_posix()}\n")
     if record:
-        (root / "simfl" / "_native_sources.txt").write_text("".join(lines))
+        (root / _native.RECORD).write_text("".join(lines))
 
 
 def test_the_compiled_modules_run_only_when_built_from_the_current_sources(tmp_path) -> None:
@@ -169,13 +170,13 @@ def test_the_compiled_modules_run_only_when_built_from_the_current_sources(tmp_p
     assert _native.why_pure(tmp_path, env) is None
     assert _native.why_pure(tmp_path, {"SIMFL_PURE_PYTHON": "0"}) is None
     assert _native.why_pure(tmp_path, {"SIMFL_PURE_PYTHON": "1"}) == "SIMFL_PURE_PYTHON is set"
-    edited = tmp_path / "simfl" / "engine" / "links.py"
+    edited = tmp_path / "simfl" / "engine" / "flows" / "links.py"
     edited.write_text(edited.read_text() + "# edited after the build\n")
-    assert "simfl/engine/links.py changed since it was compiled" in str(
+    assert "simfl/engine/flows/links.py changed since it was compiled" in str(
         _native.why_pure(tmp_path, env)
     )
     _fake_build(tmp_path, record=False)
-    (tmp_path / "simfl" / "_native_sources.txt").unlink()
+    (tmp_path / _native.RECORD).unlink()
     assert "_native_sources.txt is missing" in str(_native.why_pure(tmp_path, env))
 
 
@@ -184,5 +185,5 @@ def test_a_partial_or_missing_build_runs_the_python_sources(tmp_path) -> None:
     assert str(_native.why_pure(tmp_path, {})).startswith("not compiled")
     _fake_build(tmp_path)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    (tmp_path / "simfl" / "engine" / "flowround.py").with_suffix(suffix).unlink()
-    assert _native.why_pure(tmp_path, {}) == "simfl/engine/flowround.py was not compiled"
+    (tmp_path / "simfl" / "engine" / "flows" / "flowround.py").with_suffix(suffix).unlink()
+    assert _native.why_pure(tmp_path, {}) == "simfl/engine/flows/flowround.py was not compiled"

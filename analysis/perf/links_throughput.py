@@ -15,7 +15,7 @@ simulated per second of host time by
 * the reference algorithm (``run(..., reference_links=True)``), for scale, in the notes;
 * the same simfl rounds on the Python sources of the modules mypyc compiles (a subprocess with
   ``SIMFL_PURE_PYTHON=1``, interleaved with the others), in the notes, where the compiled ones
-  run (``simfl._native``).
+  run (``simfl.engine.flows._native``).
 
 Host time is taken between the first and the last aggregation (``run(progress=callable)``),
 so building the topology (once per run) is left out; the bare loop has no set-up.
@@ -157,7 +157,7 @@ def simfl_rounds(
 
 def pure_rounds(cohort: int, rounds: int, kind: str, seed: int, edges: int = EDGES) -> float | None:
     """:func:`simfl_rounds` on the Python sources (``None`` where they are what runs anyway)."""
-    from simfl import _native
+    from simfl.engine.flows import _native
 
     if not _native.ACTIVE:
         return None
@@ -236,7 +236,7 @@ def measure(
                     f"device-jobs/s, ratio {to_bare:.3f}: compiled {compiled:.2f}x"
                 )
             else:
-                from simfl import _native
+                from simfl.engine.flows import _native
 
                 note += f"; not compiled here ({_native.WHY_PURE})"
             where = {

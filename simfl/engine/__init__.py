@@ -8,7 +8,7 @@ returns :class:`~simfl.results.Results`.
 * :mod:`~simfl.engine.jobs` plans device jobs (download, compute, upload, failure clock) in one
   vectorised step; the run's playback plays them (:mod:`~simfl.engine.playbacks`: what each
   playback does, and the one table it is chosen from); :mod:`~simfl.engine.live` and
-  :mod:`~simfl.engine.links` are the live machinery (availability, max-min fair shared
+  :mod:`~simfl.engine.flows` are the live machinery (availability, max-min fair shared
   links); :mod:`~simfl.engine.offline` resolves jobs under availability on private links
   from their plans.
 * :mod:`~simfl.engine.sync` is the synchronous loop (and :mod:`~simfl.engine.edge` its rounds

@@ -1,7 +1,7 @@
 """Live device jobs: download, compute, upload, stage by stage, for the ``Live`` playback.
 
 Devices with on/off availability and/or a shared network: a transfer's duration depends on the
-other flows on its links (:mod:`simfl.engine.links`), and a device going offline aborts the job
+other flows on its links (:mod:`simfl.engine.flows`), and a device going offline aborts the job
 or pauses it (its failure clock pauses too).
 
 :class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.engine.jobs.JobPlan` (stages
@@ -20,8 +20,8 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
+from simfl.engine.flows import Flow, Links
 from simfl.engine.jobs import JobPlan
-from simfl.engine.links import Flow, Links
 from simfl.fleet import AvailabilityCursor
 
 __all__ = ["DeviceRuntime"]

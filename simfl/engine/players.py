@@ -8,7 +8,7 @@
     too (:func:`~simfl.engine.jobs.planned_split`).
 :class:`LiveJobs`
     Devices with on/off availability and/or a shared network: a transfer's duration depends
-    on the other flows on its links (:mod:`simfl.engine.links`), and a device going offline
+    on the other flows on its links (:mod:`simfl.engine.flows`), and a device going offline
     aborts or pauses its job. The job's record is kept as it runs (:mod:`simfl.engine.live`).
 
 Both start job processes that report ``on_arrive(j)`` or ``on_drop(j)`` and stop quietly when
@@ -24,8 +24,8 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
+from simfl.engine.flows import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
-from simfl.engine.links import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.live import DeviceRuntime
 from simfl.fleet import AvailabilityCursor, Fleet
 from simfl.outcome import ARRIVED

@@ -3,7 +3,7 @@
 A :class:`Network` is the scenario-level description (``Scenario(network=...)``); at run time it
 is bound to the fleet (:meth:`Network.build`) into a :class:`Topology`: numbered links with a
 latency and a capacity per direction, and every device's path to the server. Transfers follow
-their path; those sharing a link share its capacity (see :mod:`simfl.engine.links`).
+their path; those sharing a link share its capacity (see :mod:`simfl.engine.flows`).
 
 Constructors:
 

@@ -34,7 +34,7 @@ kept in ``Results.meta["playback"]``. In that order:
 ``flows``
     Flat synchronous rounds on a star or hierarchical network of fast links, devices always
     online: a round's jobs are played in one loop of their own, without SimPy processes
-    (:mod:`simfl.engine.flowround`).
+    (:mod:`simfl.engine.flows.flowround`).
 ``reference``
     Everything else, and every run with ``simfl.run(..., batched=False)``: every job a SimPy
     process (:mod:`simfl.engine.players`): one timeout on private links with
@@ -156,11 +156,11 @@ class Playback:
     def fallbacks(self) -> dict[str, int]:
         """``meta["playback_fallbacks"]``: reason -> rounds or runs handed to the reference.
 
-        With the shared network's own hand-over to its reference algorithm, where the network
-        says why (its ``fallback_reason``).
+        The shared network's own hand-over of its flows to the reference algorithm counts
+        once, under the reason the network gives (:attr:`~simfl.engine.flows.Links.handover`).
         """
         out = dict(self._fallbacks)
-        reason = getattr(self.network, "fallback_reason", None)
-        if reason:
-            out[str(reason)] = out.get(str(reason), 0) + 1
+        reason = None if self.network is None else self.network.handover
+        if reason is not None:
+            out[reason] = out.get(reason, 0) + 1
         return out

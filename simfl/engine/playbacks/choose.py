@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from simfl.engine.flowround import applies as flow_rounds_apply
+from simfl.engine.flows import applies as flow_rounds_apply
 from simfl.engine.playbacks.base import Playback
 from simfl.engine.playbacks.flows import FlowsPlayback
 from simfl.engine.playbacks.planned import PlannedPlayback, TimingPlayback

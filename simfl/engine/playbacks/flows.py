@@ -6,8 +6,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from simfl.engine.clock import sleep_until
-from simfl.engine.flowround import play_flow_round
-from simfl.engine.links import FlowNetwork
+from simfl.engine.flows import FlowNetwork, play_flow_round
 from simfl.engine.playbacks.base import Playback
 from simfl.engine.players import LiveJobs
 from simfl.outcome import CANCELLED, LATE
@@ -36,7 +35,7 @@ class FlowsPlayback(Playback):
     ) -> Generator[Any, Any, None]:
         """The round on shared links, its jobs played in one loop of their own.
 
-        :func:`~simfl.engine.flowround.play_flow_round` plays the events of the job
+        :func:`~simfl.engine.flows.flowround.play_flow_round` plays the events of the job
         processes (the same calls on the links, the same records) up to the instant the
         server would close the round; the server sleeps until then and closes it. A run
         ending first finds the round as the job processes would leave it. A round not played

@@ -1,11 +1,11 @@
 """One shared link played as processor sharing with per-flow caps, at O(log n) per flow event.
 
-The pure computation behind the fast shared links of :mod:`simfl.engine.links` (no SimPy).
-A :class:`SharedLink` of capacity ``C`` carries flows ``i`` that are each also limited by a
+The pure computation behind the fast shared links of :mod:`simfl.engine.flows.network` (no
+SimPy). A :class:`SharedLink` of capacity ``C`` carries flows ``i`` that are each also limited by a
 cap ``c_i`` of their own (the smallest capacity of the rest of their path). Their max-min fair
 rates are water-filling: the level ``L`` solves ``sum_i min(c_i, L) = C``; flows with
 ``c_i < L`` (*capped*) get ``c_i``, the others (*level* flows) get ``L``. This is exactly what
-progressive filling (:func:`~simfl.network.flows.max_min_rates`) gives for such flows.
+progressive filling (:func:`~simfl.engine.flows.maxmin.max_min_rates`) gives for such flows.
 
 Between flow events every rate is constant, so the state is kept without touching every flow:
 
@@ -29,15 +29,15 @@ child's own clock is ``W`` less an offset fixed when it starts following), and a
 followers gives their next completion. So a change of ``L`` moves no child, and a step of the
 solve is heap work on the children that move only.
 
-A flow event moves the level once and moves only the flows whose class changes (each at most
-twice per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Across the links
-of a network a :class:`Calendar` keeps their next completions in a heap (the earliest, and
-the links due at a wake-up, at ``O(log L)`` per link that changed, not a pass over all ``L``
-links), and a parent keeps the sum of its children's takes that :meth:`SharedLink._settle_alone`
-tests (refreshed for the children that changed), so a hierarchy of many edge links costs no
-pass over its edges per flow event, whether its cloud link binds or not. Heap entries are
-invalidated lazily (a version number per flow). The sum of the capped flows' caps is kept
-incrementally and recomputed exactly (``math.fsum``) every so many changes, so it does not
+A flow event moves the level once and moves only the flows whose class changes (each at most twice
+per event): ``O(log n)`` per flow that changes, ``O(log n)`` otherwise. Across the links of a
+network a :class:`~simfl.engine.flows.calendar.Calendar` keeps their next completions in a heap (the
+earliest, and the links due at a wake-up, at ``O(log L)`` per link that changed, not a pass over all
+``L`` links), and a parent keeps the sum of its children's takes that
+:meth:`SharedLink._settle_alone` tests (refreshed for the children that changed), so a hierarchy of
+many edge links costs no pass over its edges per flow event, whether its cloud link binds or not.
+Heap entries are invalidated lazily (a version number per flow). The sum of the capped flows' caps
+is kept incrementally and recomputed exactly (``math.fsum``) every so many changes, so it does not
 drift.
 
 >>> link = SharedLink(10.0)
@@ -53,7 +53,7 @@ import heapq
 import math
 from itertools import count
 
-__all__ = ["TOLERANCE", "Calendar", "Member", "SharedLink"]
+__all__ = ["TOLERANCE", "Member", "SharedLink", "wake_up"]
 
 #: relative: a flow with less than this share of its bytes left is complete
 TOLERANCE = 1e-9
@@ -68,7 +68,7 @@ class Member:
     def __init__(self, size: float, cap: float = math.inf) -> None:
         self.size = float(size)
         #: bytes left that count as none (:meth:`done_by`), worked out once
-        self.tol = TOLERANCE * max(self.size, 1.0)  # (_Transfer works it out inline)
+        self.tol = TOLERANCE * max(self.size, 1.0)
         #: its own limit (bytes/s) besides the shared link
         self.cap = float(cap)
         self.link: SharedLink | None = None
@@ -111,8 +111,9 @@ class SharedLink:
         self._by_end: list[Entry] = []  # capped flows by finish time
         self._by_high: list[Entry] = []  # capped flows by cap, largest first (negated)
         self._bounds_at: tuple[float, float, float] | None = None  # :meth:`_bounds`, if known
-        #: the calendar that files this link's next completion (none for a link on its own)
-        self.calendar: Calendar | None = None
+        #: the list its calendar re-files changed links from (:attr:`Calendar.changed
+        #: <simfl.engine.flows.calendar.Calendar.changed>`; none for a link on its own)
+        self.filing: list[SharedLink] | None = None
         self.index = 0  # its place in the calendar (links are asked in this order)
         self.listed = False  # on the calendar's list of links to re-file
         #: a parent's children's takes as its last settle saw them (see :meth:`_fits`)
@@ -204,14 +205,7 @@ class SharedLink:
             _, _, ver, top = by_key[0]
             if top.ver != ver or top.link is None:
                 return True
-            level = self.level  # _clock_at(now), inline
-            if self.follows:
-                clock = self._clock_at(now)
-            elif self.n_level == 0 or level == math.inf or level == -math.inf:
-                clock = self.clock
-            else:
-                clock = self.clock + level * (now - self.since)
-            if top.key - clock <= top.tol:
+            if top.key - self._clock_at(now) <= top.tol:
                 return True
         by_end = self._by_end
         if by_end:
@@ -382,58 +376,6 @@ class SharedLink:
         self.saturated = self.n_level > 0
         return True
 
-    @staticmethod
-    def wake_up(calendar: Calendar, at: float, now: float) -> list[Member]:
-        """Take out the members done at a completion scheduled for ``at``; settle what changed.
-
-        Only the links whose completion it is (``next_at`` at most ``at``: the calendar's
-        :meth:`Calendar.due`, in the order the links were filed) are asked (:meth:`due`, then
-        :meth:`finished`), and with a parent its followers whose first level member finishes
-        by ``at`` (:meth:`_due_followers`: their level members finish on the parent's follower
-        clock, so the parent's ``next_at`` is theirs too); if rounding left every member a
-        hair short, the soonest one is taken anyway (:meth:`pop_first`, of the follower whose
-        member it is where it is one). Only the links that lost members are rebalanced,
-        each as :meth:`settle` does, except that each tree is solved at most once (after the
-        nested links whose own water-filling is the whole solution). Every other link keeps
-        its members, classes and next completion. Returns the members taken out, link by link
-        (callers order them by admission, ``seq``).
-        """
-        finished: list[Member] = []
-        touched: dict[SharedLink, None] = {}  # (a follower can be due twice: once by its parent)
-        for link in calendar.due(at):
-            if link.n_follow:  # a parent: its followers' level members finish on its calendar
-                for child in link._due_followers(at):
-                    if child.due(now):
-                        done = child.finished(now)
-                        if done:
-                            finished += done
-                            touched[child] = None
-            if (link.n_level or link.capped) and link.due(now):
-                done = link.finished(now)
-                if done:
-                    finished += done
-                    touched[link] = None
-        if not finished:  # rounding: the soonest member is a hair short; finish it anyway
-            busy = [link for link in calendar.links if link.n_level or link.capped or link.n_follow]
-            first = min(busy, key=lambda link: link.next_at)
-            if first.n_follow and first._follow_next() <= first.next_finish():
-                first = first._follow[0][3]  # the follower whose member it is (_follow_next)
-            finished.append(first.pop_first(now))
-            touched[first] = None
-        trees: dict[SharedLink, None] = {}
-        for link in touched:  # each link at most once
-            parent = link.parent
-            if parent is None:
-                if link.children:
-                    trees[link] = None
-                else:
-                    link._rebalance(now)
-            elif not link._settle_alone(now):
-                trees[parent] = None
-        for top in trees:
-            top._rebalance_tree(now)
-        return finished
-
     def attach(self, child: SharedLink) -> None:
         """Make ``child`` a link below this one (two levels at most)."""
         if child.parent is not self:
@@ -496,14 +438,14 @@ class SharedLink:
         """Set the next completion; a change is re-filed in the calendar."""
         if t != self.next_at:
             self.next_at = t
-            if not self.listed and self.calendar is not None:
+            if not self.listed and self.filing is not None:
                 self._refile()
 
     def _refile(self) -> None:
         """Put this link on its calendar's list of links to re-file (once)."""
-        assert self.calendar is not None
+        assert self.filing is not None
         self.listed = True
-        self.calendar.changed.append(self)
+        self.filing.append(self)
 
     def _changed(self) -> None:
         """Put this child on its parent's lists of children that changed (once on each).
@@ -830,7 +772,7 @@ class SharedLink:
                     pop(heap)
             if t != child.next_at:  # child._next(t), inline
                 child.next_at = t
-                if not child.listed and child.calendar is not None:
+                if not child.listed and child.filing is not None:
                     child._refile()
         touched.clear()
         if not self.n_follow:
@@ -1008,7 +950,7 @@ class SharedLink:
             pop(by_end)
         if t != self.next_at:  # _next(t), inline: this runs at every flow event
             self.next_at = t
-            if not self.listed and self.calendar is not None:
+            if not self.listed and self.filing is not None:
                 self._refile()
 
     def _drop_level(self, m: Member) -> None:
@@ -1019,94 +961,57 @@ class SharedLink:
         self.n_level -= 1
 
 
-class Calendar:
-    """The next completions of a network's links: the earliest, and the links due, by a heap.
+def wake_up(due: list[SharedLink], links: list[SharedLink], at: float, now: float) -> list[Member]:
+    """Take out the members done at a completion scheduled for ``at``; settle what changed.
 
-    Every link of the network is filed once (:meth:`add`; its order is the order links are
-    asked in, :meth:`due`). A link whose ``next_at`` changes puts itself on :attr:`changed`
-    (:meth:`SharedLink._next`); the calendar pushes those onto its heap the next time it is
-    asked, and an entry whose time is no longer its link's ``next_at`` is dropped when it
-    comes to the top. So :meth:`earliest` is ``min(link.next_at for link in links)`` and
-    :meth:`due` the links with ``next_at <= at``, each at ``O(log L)`` per link that changed
-    rather than a pass over all ``L`` links (a hierarchy of many edges has many).
+    ``due`` are the links whose completion it is (``next_at`` at most ``at``:
+    :meth:`Calendar.due <simfl.engine.flows.calendar.Calendar.due>`, in the order the links
+    were filed), ``links`` every link of the network. Only the due links are asked
+    (:meth:`SharedLink.due`, then :meth:`SharedLink.finished`), and with a parent its
+    followers whose first level member finishes by ``at`` (their level members finish on the
+    parent's follower clock, so the parent's ``next_at`` is theirs too); if rounding left
+    every member a hair short, the soonest one is taken anyway (:meth:`SharedLink.pop_first`,
+    of the follower whose member it is where it is one). Only the links that lost members
+    are rebalanced, each as :meth:`SharedLink.settle` does, except that each tree is solved
+    at most once (after the nested links whose own water-filling is the whole solution).
+    Every other link keeps its members, classes and next completion. Returns the members
+    taken out, link by link (callers order them by admission, ``seq``).
     """
-
-    def __init__(self) -> None:
-        #: every link filed, in order
-        self.links: list[SharedLink] = []
-        #: links whose next completion changed since the calendar last looked
-        self.changed: list[SharedLink] = []
-        #: ``(next_at, index, push, link)``: entries of one link at one time differ in ``push``
-        self._heap: list[tuple[float, int, int, SharedLink]] = []
-        self._pushes = 0
-
-    def add(self, link: SharedLink) -> None:
-        """File ``link`` (once), after every link filed before it."""
-        link.calendar = self
-        link.index = len(self.links)
-        self.links.append(link)
-        if not link.listed:
-            link._refile()
-
-    def _file(self) -> None:
-        """Push the changed links' next completions.
-
-        Where many changed (a cloud's tree solve moves every edge's level) or the heap is
-        mostly stale, it is built again from every link at once instead.
-        """
-        heap = self._heap
-        changed = self.changed
-        if 4 * len(changed) > len(self.links) or len(heap) > 4 * len(self.links) + 64:
-            for link in changed:
-                link.listed = False
-            heap[:] = [
-                (link.next_at, link.index, 0, link)
-                for link in self.links
-                if link.next_at < math.inf
-            ]
-            heapq.heapify(heap)
-        else:
-            push = heapq.heappush
-            for link in changed:
-                link.listed = False
-                t = link.next_at
-                if t < math.inf:
-                    self._pushes += 1
-                    push(heap, (t, link.index, self._pushes, link))
-        changed.clear()
-
-    def earliest(self) -> float:
-        """``min(link.next_at for link in links)`` (``inf``: nothing pending)."""
-        if self.changed:
-            self._file()
-        heap = self._heap
-        while heap:
-            t, _, _, link = heap[0]
-            if link.next_at == t:
-                return t
-            heapq.heappop(heap)
-        return math.inf
-
-    def due(self, at: float) -> list[SharedLink]:
-        """The links with ``next_at <= at`` (a finite time), in the order they were filed.
-
-        Their entries leave the heap and the links go on :attr:`changed` (their next
-        completions are filed again at the next look, changed or not).
-        """
-        if self.changed:
-            self._file()
-        heap = self._heap
-        out: list[SharedLink] = []
-        pop = heapq.heappop
-        while heap and heap[0][0] <= at:
-            t, _, _, link = pop(heap)
-            if link.next_at == t and not link.listed:
-                link.listed = True
-                self.changed.append(link)
-                out.append(link)
-        if len(out) > 1:
-            out.sort(key=_index)
-        return out
+    finished: list[Member] = []
+    touched: dict[SharedLink, None] = {}  # (a follower can be due twice: once by its parent)
+    for link in due:
+        if link.n_follow:  # a parent: its followers' level members finish on its calendar
+            for child in link._due_followers(at):
+                if child.due(now):
+                    done = child.finished(now)
+                    if done:
+                        finished += done
+                        touched[child] = None
+        if (link.n_level or link.capped) and link.due(now):
+            done = link.finished(now)
+            if done:
+                finished += done
+                touched[link] = None
+    if not finished:  # rounding: the soonest member is a hair short; finish it anyway
+        busy = [link for link in links if link.n_level or link.capped or link.n_follow]
+        first = min(busy, key=lambda link: link.next_at)
+        if first.n_follow and first._follow_next() <= first.next_finish():
+            first = first._follow[0][3]  # the follower whose member it is (_follow_next)
+        finished.append(first.pop_first(now))
+        touched[first] = None
+    trees: dict[SharedLink, None] = {}
+    for link in touched:  # each link at most once
+        parent = link.parent
+        if parent is None:
+            if link.children:
+                trees[link] = None
+            else:
+                link._rebalance(now)
+        elif not link._settle_alone(now):
+            trees[parent] = None
+    for top in trees:
+        top._rebalance_tree(now)
+    return finished
 
 
 def _index(link: SharedLink) -> int:

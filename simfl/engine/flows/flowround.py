@@ -1,12 +1,12 @@
-"""Synchronous rounds on shared links played without job processes or event objects (issue 13).
+"""Synchronous rounds on shared links played without job processes or event objects.
 
-A flat synchronous round on a :class:`~simfl.engine.links.FlowNetwork` whose devices are
+A flat synchronous round on a :class:`~simfl.engine.flows.network.FlowNetwork` whose devices are
 always online is played by :func:`play_flow_round` in one loop over a heap of plain tuples,
 ``(time, order, kind, job, ...)``: no SimPy process, no event object, no callback per job. A
 job is a row of lists (busy seconds, stage, the segment in progress); its timed stages (the
 path's latency, the compute) are one heap entry each, its transfers are members of the
-network's own :class:`~simfl.network.sharing.SharedLink` objects (the same links, routes and
-nesting :class:`~simfl.engine.links.FlowNetwork` uses), and the network's next completion is
+network's own :class:`~simfl.engine.flows.sharedlink.SharedLink` objects (the same links, routes and
+nesting :class:`~simfl.engine.flows.network.FlowNetwork` uses), and the network's next completion is
 one *alarm* beside the heap.
 
 The loop makes the calls of the live job processes (:meth:`DeviceRuntime.process
@@ -17,7 +17,7 @@ The loop makes the calls of the live job processes (:meth:`DeviceRuntime.process
   same way, and on a failure its flow is taken off its link at that instant;
 * a flow starts on its shared link at the instant its latency ends (``SharedLink.add``), and
   on every completion the links whose completion it is are finished and the links that lost
-  members settled, as :meth:`FlowNetwork._wake <simfl.engine.links.FlowNetwork._wake>` does;
+  members settled, as :meth:`FlowNetwork._wake <simfl.engine.flows.network.FlowNetwork._wake>` does;
 * entries at one instant are taken in the order the live clock would take them: each carries
   the id its event would get there (``order``: one per timeout, ``done`` event, ``any_of``
   firing, alarm), so a flow's job goes on at its ``done`` event, or one step later (its
@@ -44,18 +44,15 @@ from __future__ import annotations
 import heapq
 import math
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from simfl.engine.flows.network import FlowNetwork
+from simfl.engine.flows.sharedlink import Member, SharedLink
 from simfl.engine.jobs import JobPlan
-from simfl.engine.links import FlowNetwork
-from simfl.network.sharing import TOLERANCE, Member, SharedLink
 from simfl.outcome import ARRIVED, DROPPED
-
-if TYPE_CHECKING:
-    from simfl.engine.live import DeviceRuntime
 
 __all__ = ["applies", "play_flow_round"]
 
@@ -68,6 +65,17 @@ _LATENCY_DOWN, _COMPUTE, _LATENCY_UP, _DONE, _TIMEOUT, _EITHER, _RESUME, _ROUND_
 _NAN = math.nan
 _seq_of = attrgetter("seq")
 _order_of = itemgetter(1)
+
+
+class Devices(Protocol):
+    """What the round reads of the run's devices (``simfl.engine.live.DeviceRuntime``)."""
+
+    #: what a device going offline does to its job (``"abort"``, or ``"pause"``)
+    offline: str
+    #: the latency of every device's path (``None``: no network)
+    path_latency: NDArray[np.float64] | None
+    #: the devices' availability (``None``: always online)
+    cursor: Any
 
 
 class RoundRecord(Protocol):
@@ -84,7 +92,10 @@ class RoundRecord(Protocol):
 
 
 class _Transfer(Member):
-    """A job's flow on a shared link (what :class:`~simfl.engine.links.Flow` keeps, no event)."""
+    """A job's flow on a shared link (what a :class:`~simfl.engine.flows.links.Flow` keeps).
+
+    No event: the round's loop calls the job's next step itself.
+    """
 
     __slots__ = (
         "delivered",
@@ -98,14 +109,7 @@ class _Transfer(Member):
     )
 
     def __init__(self, size: float, cap: float, job: int, stage: int):
-        # Member.__init__, inline (a flow round makes two of these per job)
-        self.size = size
-        self.tol = TOLERANCE * (1.0 if size < 1.0 else size)  # max(size, 1.0), no call
-        self.cap = cap
-        self.link = None
-        self.capped = False
-        self.key = self.t0 = self.rem0 = 0.0
-        self.ver = self.seq = 0
+        super().__init__(size, cap)
         self.remaining = size
         self.delivered = 0.0
         self.job = job
@@ -119,7 +123,7 @@ class _Transfer(Member):
 class _Round:
     """One round's jobs, the network's links and the loop that plays them."""
 
-    def __init__(self, rnd: RoundRecord, net: FlowNetwork, devices: DeviceRuntime) -> None:
+    def __init__(self, rnd: RoundRecord, net: FlowNetwork, devices: Devices) -> None:
         self.rnd = rnd
         plan = self.plan = rnd.plan
         self.net = net
@@ -147,15 +151,15 @@ class _Round:
         self.heap: list[tuple[Any, ...]] = []
         self.order = 0  # the order of the next entry (the live clock's event ids)
         self.alarm: tuple[float, int] | None = None  # the network's next completion
-        self.wake_at = net._wake_at
-        self.calendar = net._calendar  # the network's links and their next completions
+        self.wake_at = net.wake_at
+        self.calendar = net.calendar  # the network's links and their next completions
         self.deadline = False  # whether the server also waits for a deadline
         self.decided = False  # whether the server's wait has fired (``any_of``, deadline)
         self.closes: tuple[float, int] | None = None  # (instant, order) the server wakes at
         self.transfers: list[_Transfer] = []  # every flow the round started
         self.status: list[int] = rnd.status.tolist()  # the round's records, written back
         self.t_end: list[float] = rnd.t_end.tolist()
-        paths = (net._fleet["down"], net._fleet["up"])
+        paths = (net.fleet["down"], net.fleet["up"])
         #: per direction, each job's pair of contended resources and its cap (its own link)
         self.pairs: tuple[list[int], list[int]] = (
             paths[0].pair[plan.devices].tolist(),
@@ -172,7 +176,7 @@ class _Round:
 
         A device's link follows from the pair of contended resources on its path (the
         network's ``_joins``); the first flow of a pair works it out as
-        :meth:`FlowNetwork.start <simfl.engine.links.FlowNetwork.start>` does (so an edge's
+        :meth:`FlowNetwork.start <simfl.engine.flows.network.FlowNetwork.start>` does (so an edge's
         link is attached to the cloud's when its first flow starts, as in the live path).
         """
         cap = self.caps[up][j]
@@ -181,17 +185,13 @@ class _Round:
         if pair in links:
             contended = links[pair]
         else:
-            net = self.net
-            start = (self.device[j], "up" if up else "down", False)
-            path = net._starts.get(start)
-            if path is None:
-                path = net._starts[start] = net._path(*start)
+            path = self.net.path(self.device[j], "up" if up else "down")
             contended = links[pair] = path[1][0]
             if contended == -2:  # pragma: no cover - stars and hierarchies nest at most once
                 raise AssertionError("a flow round on a network its links cannot share")
         if contended >= 0:
-            return self.net._link(contended), cap
-        return (None if cap == math.inf else self.net._free), cap
+            return self.net.shared_link(contended), cap
+        return (None if cap == math.inf else self.net.free_link), cap
 
     def _reschedule(self, now: float) -> None:
         """``FlowNetwork._reschedule`` with the clock's alarm: the next completion."""
@@ -234,12 +234,11 @@ class _Round:
         """
         at, self.wake_at = self.wake_at, math.inf
         # every member of a flow round's links is a _Transfer
-        finished: list[_Transfer] = SharedLink.wake_up(self.calendar, at, now)  # type: ignore[assignment]
+        finished: list[_Transfer] = self.calendar.wake_up(at, now)  # type: ignore[assignment]
         if len(finished) > 1:
             finished.sort(key=_seq_of)
         for m in finished:
-            m.delivered += m.remaining  # _carry(m, 0.0), inline
-            m.remaining = 0.0
+            self._carry(m, 0.0)
             m.done = True
         heap = self.heap
         if self.closes is not None or (heap and heap[0][0] <= now):
@@ -249,33 +248,8 @@ class _Round:
             return
         self.order += len(finished)  # the ``done`` events' ids
         self._reschedule(now)
-        busy, spent, active, progress = self.busy, self.spent, self.active, self.progress
-        began, flows = self.began, self.flows
         for m in finished:
-            if m.race:
-                self._fire(m, now)
-                continue
-            # _resumed(m, now) of a flow that is done, then _stage_done(j, True, now), inline
-            j = m.job
-            took = now - began[j]
-            busy[j] += took
-            spent[m.stage][j] += took
-            flows[j] = None
-            s = progress[j] = progress[j] + 1
-            if s == 1:  # _timed(j, 1, compute, now), inline
-                active[j] = now
-                stop = now + (self.fail_after[j] - busy[j])
-                seconds = self.compute[j]
-                done = now + seconds <= stop
-                used = seconds if done else stop - now
-                heapq.heappush(self.heap, (now + used, self.order, _COMPUTE, j, used, done))
-                self.order += 1
-            elif s == 2:  # pragma: no cover - a transfer is never the compute stage
-                active[j] = now
-                self._timed(j, 2, self.latency[j], now)
-            else:
-                active[j] = _NAN
-                self._resolve(j, True, now)
+            self._done(m, now)
 
     # ------------------------------------------------------------------ the jobs
     def _push(self, t: float, kind: int, j: int, a: Any = None, b: Any = None) -> None:
@@ -309,12 +283,8 @@ class _Round:
             heap[:] = [entry for entry in heap if entry[0] != t0]
             heapq.heapify(heap)
         due.sort(key=_order_of)
-        busy, spent, active = self.busy, self.spent, self.active
-        for _, _, _, j, used, _ in due:  # _timed_over(j, 0, used, True, t0), inline
-            busy[j] += used
-            spent[0][j] += used
-            active[j] = t0
-            self._begin(j, 0, t0)
+        for _, _, _, j, used, _ in due:
+            self._timed_over(j, 0, used, True, t0)
 
     def _timed_over(self, j: int, s: int, used: float, done: bool, now: float) -> None:
         self.busy[j] += used
@@ -543,8 +513,8 @@ class _Round:
                 self._carry(m, m.link.remove(m, t))
                 self._reschedule(t)
             self.moved[self.progress[j] // 2][j] = m.delivered
-        self.net._wake_at = self.wake_at
-        self.net._token += 1  # a wake-up pending from before the round is out of date
+        self.net.wake_at = self.wake_at
+        self.net.token += 1  # a wake-up pending from before the round is out of date
         self.net.book_later(self.transfers, self.plan.devices)
         self.rnd.status[:] = self.status
         self.rnd.t_end[:] = self.t_end
@@ -555,7 +525,7 @@ class _Round:
         plan.moved.T[:] = self.moved
 
 
-def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
+def applies(kind: str, network: Any, devices: Devices) -> bool:
     """Whether flat rounds on ``network`` (of ``Network.kind`` ``kind``) play in one loop.
 
     The fast links on a star or a hierarchy (every flow fits one shared link, nested at
@@ -567,7 +537,7 @@ def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
         kind in ("star", "hierarchical")
         and isinstance(network, FlowNetwork)
         and network.reference is None
-        and bool(network._fleet)
+        and bool(network.fleet)
         and bool((network.capacity > 0).all())
         and devices.cursor is None
         and devices.path_latency is not None
@@ -577,7 +547,7 @@ def applies(kind: str, network: Any, devices: DeviceRuntime) -> bool:
 def play_flow_round(
     rnd: RoundRecord,
     net: FlowNetwork,
-    devices: DeviceRuntime,
+    devices: Devices,
     deadline: float | None,
     max_time: float | None,
 ) -> tuple[float, bool]:

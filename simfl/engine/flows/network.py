@@ -1,18 +1,12 @@
-"""Shared links: transfers that share a link share its capacity, max-min fairly.
+"""The fast shared links: :class:`FlowNetwork`, at ``O(log n)`` per flow event.
 
-Every transfer is a *flow* of ``size`` bytes over the links of its path, in one direction (down:
-server to device; up: device to server). Each direction of a link is a resource of capacity
-``down[l]`` or ``up[l]`` bytes/s. Whenever a flow starts, finishes, pauses or is cancelled, the
-rates of the active flows are the max-min fair allocation (progressive filling: raise every
-rate together; a resource that fills freezes the flows through it): on a single link this is
-processor sharing, each of the ``n`` active flows getting ``C / n``. A flow then completes when
-its remaining bytes reach zero at its current rate.
-
-Two implementations (``simfl.run(..., reference_links=True)`` picks the second):
-:class:`FlowNetwork`, the default, keeps each contended link's processor-sharing state
-(:mod:`simfl.network.sharing`) and costs ``O(log n)`` per flow event on stars and
-hierarchies; :class:`ReferenceFlowNetwork` recomputes every rate over every flow at every
-event (the straightforward algorithm the tests hold the fast one to).
+Whenever a flow starts, finishes, pauses or is cancelled, the rates of the active flows are
+the max-min fair allocation; a flow completes when its remaining bytes reach zero at its
+current rate. This network keeps each contended link's processor-sharing state
+(:class:`~simfl.engine.flows.sharedlink.SharedLink`) instead of recomputing every rate, and
+hands its flows over to the reference algorithm
+(:class:`~simfl.engine.flows.reference.ReferenceFlowNetwork`) where they do not fit that
+structure (see :mod:`simfl.engine.flows`).
 
 Before its first byte moves a transfer pays its path's latency (handled by the job process).
 
@@ -24,7 +18,6 @@ link of capacity ``C`` all finish at ``n S / C``; two flows of sizes ``S1 < S2``
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,191 +25,43 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from simfl.network.flows import max_min_rates
-from simfl.network.sharing import Calendar, Member, SharedLink
+from simfl.engine.flows.calendar import Calendar
+from simfl.engine.flows.links import Flow, Links, Route
+from simfl.engine.flows.reference import ReferenceFlowNetwork
+from simfl.engine.flows.sharedlink import SharedLink
 from simfl.network.topology import Topology
 
-__all__ = ["Flow", "FlowNetwork", "Links", "ReferenceFlowNetwork"]
-
-
-#: a flow's place in a :class:`FlowNetwork`: (its shared link's resource, or -1 for none and -2
-#: for none that fits; its own cap; its private finite resources)
-Route = tuple[int, float, tuple[int, ...]]
-
-
-class Flow(Member):
-    """One transfer over a path (see :class:`FlowNetwork`)."""
-
-    __slots__ = ("delivered", "done", "rate", "remaining", "resources", "route")
-
-    def __init__(self, env: simpy.Environment, resources: NDArray[np.int64], size: float) -> None:
-        super().__init__(size)
-        self.resources = resources
-        self.remaining = float(size)
-        self.delivered = 0.0
-        self.rate = 0.0
-        self.done = env.event()
-        #: its place in a :class:`FlowNetwork` (shared resource, own cap, private resources)
-        self.route: Route | None = None
-
-
-class Links(ABC):
-    """Shared links of a run (both implementations): resources, paths, starting flows."""
-
-    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
-        self.env = env
-        self.topology = topology
-        # resource 2 * l is link l downward, 2 * l + 1 upward
-        self.capacity = np.empty(2 * topology.n_links)
-        self.capacity[0::2] = topology.down
-        self.capacity[1::2] = topology.up
-        self._carried = np.zeros(self.capacity.size)
-
-    @property
-    def carried(self) -> NDArray[np.float64]:
-        """Bytes delivered per resource so far (for checks: never above capacity x time)."""
-        self._book_pending()
-        return self._carried
-
-    def _book_pending(self) -> None:
-        """Add to ``carried`` the bytes booked for later (none here)."""
-        return
-
-    def resources(self, device: int, direction: str) -> NDArray[np.int64]:
-        """Resource indices of ``device``'s path in ``direction`` (``"down"`` or ``"up"``)."""
-        path = self.topology.paths[device]
-        return 2 * path + (1 if direction == "up" else 0)
-
-    def local_resources(self, device: int, direction: str) -> NDArray[np.int64]:
-        """Resource of ``device``'s access link only (its last hop), in ``direction``."""
-        return self.resources(device, direction)[-1:]
-
-    def upper_resources(self, device: int, direction: str) -> NDArray[np.int64]:
-        """Resources of ``device``'s path above its access link (its edge to the server)."""
-        return self.resources(device, direction)[:-1]
-
-    def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
-        """Start moving ``size`` bytes now; ``flow.done`` succeeds when they have arrived.
-
-        ``local=True`` uses only the device's access link (a transfer to or from its edge).
-        """
-        res = (self.local_resources if local else self.resources)(device, direction)
-        return self.start_on(res, size)
-
-    def start_on(self, resources: NDArray[np.int64], size: float) -> Flow:
-        """Start a flow over explicit resources (e.g. an edge server's link to the cloud)."""
-        flow = Flow(self.env, resources, size)
-        self.resume(flow)
-        return flow
-
-    @abstractmethod
-    def resume(self, flow: Flow) -> None:
-        """(Re)admit a flow to the network."""
-
-    @abstractmethod
-    def stop(self, flow: Flow) -> float:
-        """Take a flow out (cancelled or paused); return the bytes it has delivered."""
-
-
-class ReferenceFlowNetwork(Links):
-    """The active flows and their max-min fair rates, recomputed over all of them (SimPy).
-
-    The straightforward implementation: every flow event advances every flow and recomputes
-    every rate by progressive filling (:func:`~simfl.network.flows.max_min_rates`). It is
-    the reference the fast :class:`FlowNetwork` is tested against, and what it falls back to
-    where a flow crosses two contended links.
-    """
-
-    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
-        super().__init__(env, topology)
-        self.flows: list[Flow] = []
-        self._last = 0.0
-        self._token = 0
-
-    def resume(self, flow: Flow) -> None:
-        """(Re)admit a flow to the network."""
-        self._advance()
-        if flow.remaining <= flow.tol or np.isinf(self.capacity[flow.resources]).all():
-            flow.delivered += flow.remaining
-            self._carried[flow.resources] += flow.remaining
-            flow.remaining = 0.0
-            flow.done.succeed()
-            return
-        self.flows.append(flow)
-        self._reschedule()
-
-    def stop(self, flow: Flow) -> float:
-        """Take a flow out (cancelled or paused); return the bytes it has delivered."""
-        self._advance()
-        if flow in self.flows:
-            self.flows.remove(flow)
-            self._reschedule()
-        return flow.delivered
-
-    def _advance(self) -> None:
-        now = self.env.now
-        dt = now - self._last
-        if dt > 0:
-            for f in self.flows:
-                moved = min(f.remaining, f.rate * dt) if math.isfinite(f.rate) else f.remaining
-                f.remaining -= moved
-                f.delivered += moved
-                self._carried[f.resources] += moved
-        self._last = now
-
-    def _reschedule(self) -> None:
-        rates = max_min_rates([f.resources for f in self.flows], self.capacity)
-        for f, r in zip(self.flows, rates, strict=True):
-            f.rate = float(r)
-        self._token += 1
-        if not self.flows:
-            return
-        with np.errstate(divide="ignore"):
-            times = np.array([f.remaining / f.rate if f.rate > 0 else math.inf for f in self.flows])
-        delay = float(times.min())
-        if math.isfinite(delay):
-            self.env.process(self._wake(self._token, delay))
-
-    def _wake(self, token: int, delay: float) -> Any:
-        yield self.env.timeout(delay)
-        if token != self._token:
-            return  # the flows changed since this completion was scheduled
-        self._advance()
-        finished = [f for f in self.flows if f.remaining <= f.tol]
-        if not finished:  # rounding: the soonest flow is a hair short; finish it anyway
-            finished = [min(self.flows, key=lambda f: f.remaining / max(f.rate, 1e-300))]
-        for f in finished:
-            self._carried[f.resources] += f.remaining
-            f.delivered += f.remaining
-            f.remaining = 0.0
-            self.flows.remove(f)
-            f.done.succeed()
-        self._reschedule()
+__all__ = ["FleetPaths", "FlowNetwork"]
 
 
 class FlowNetwork(Links):
     """The active flows and their max-min fair rates, at O(log n) per flow event (SimPy).
 
-    Every finite resource that more than one device's path crosses (a server link, an edge's
-    link to the cloud) is a :class:`~simfl.network.sharing.SharedLink`: processor sharing
-    among its flows, each capped by the rest of its path (the device's own access link). A
-    flow joins the deepest such link on its path; where there are two (a hierarchy with
-    finite edge *and* cloud links), the edge's link is a child of the cloud's and one
-    water-filling solves both levels. These are exactly the max-min fair rates of
-    :class:`ReferenceFlowNetwork` (tested to a relative ``1e-9``), and a flow event costs
-    ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of a pass
-    over every flow; the links' next completions are kept in a heap
-    (:class:`~simfl.network.sharing.Calendar`), so a network of many edge links is not
-    scanned per event either. One SimPy timeout is pending per network (the next
-    completion); an outdated one is ignored by its token. A flow round
-    (:mod:`simfl.engine.flowround`) drives the same links directly, without this class's
-    flows and wake-ups. Every device's path is worked out for the whole fleet when the
-    network is built (:func:`_fleet_paths`).
+    Every finite resource that more than one device's path crosses (a server link, an edge's link to
+    the cloud) is a :class:`~simfl.engine.flows.sharedlink.SharedLink`: processor sharing among its
+    flows, each capped by the rest of its path (the device's own access link). A flow joins the
+    deepest such link on its path; where there are two (a hierarchy with finite edge *and* cloud
+    links), the edge's link is a child of the cloud's and one water-filling solves both levels.
+    These are exactly the max-min fair rates of
+    :class:`~simfl.engine.flows.reference.ReferenceFlowNetwork` (tested to a relative ``1e-9``), and
+    a flow event costs ``O(log n)`` (times the number of edges, on a two-level hierarchy) instead of
+    a pass over every flow; the links' next completions are kept in a heap
+    (:class:`~simfl.engine.flows.calendar.Calendar`), so a network of many edge links is not scanned
+    per event either. One SimPy timeout is pending per network (the next completion); an outdated
+    one is ignored by its token. A flow round (:mod:`simfl.engine.flows.flowround`) drives the same
+    links directly, without this class's flows and wake-ups. Every device's path is worked out for
+    the whole fleet when the network is built (:func:`_fleet_paths`).
 
     Where the structure does not fit (three contended links on one path, in a graph
     topology; or two flows at once on one device's own link) the network plays the reference
     algorithm instead: from the start when the topology says so, else from the moment it
-    happens, taking over every flow in progress.
+    happens, taking over every flow in progress (the *hand-over*: :attr:`handover` says why,
+    :attr:`handover_at` when).
+
+    Besides the :class:`~simfl.engine.flows.links.Links` interface, a flow round reads and
+    drives the network's state directly through its public attributes: :attr:`calendar`,
+    :attr:`free_link`, :attr:`fleet`, :attr:`flow_links`, :attr:`wake_at` and :attr:`token`,
+    and the methods :meth:`path`, :meth:`shared_link` and :meth:`book_later`.
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology) -> None:
@@ -225,42 +70,47 @@ class FlowNetwork(Links):
         self._capacity: list[float] = self.capacity.tolist()
         self._contended_list: list[bool] = self._contended.tolist()
         self._links: dict[int, SharedLink] = {}
-        self._free = SharedLink(math.inf)  # flows limited only by their own links
+        #: the link of the flows limited only by their own links (capacity ``inf``)
+        self.free_link = SharedLink(math.inf)
         #: every SharedLink of the network and their next completions
-        self._calendar = Calendar()
-        self._calendar.add(self._free)
+        self.calendar = Calendar()
+        self.calendar.add(self.free_link)
         self._users = [0] * self.capacity.size  # flows on each private finite resource
         self._active: dict[Flow, None] = {}  # in (re)admission order
         self._routes: dict[tuple[int, ...], Route] = {}
-        self._token = 0
-        self._wake_at = math.inf
+        #: bumped whenever the pending SimPy wake-up is out of date (the wake-up carries it)
+        self.token = 0
+        #: when the pending wake-up is due (``inf``: none): the calendar's earliest completion
+        self.wake_at = math.inf
+        #: the reference algorithm playing every flow since the hand-over (``None``: none yet;
+        #: :attr:`handover` says why, :attr:`handover_at` when: when the network was built,
+        #: where the topology asks for it from the start)
         self.reference: ReferenceFlowNetwork | None = None
         #: each device's path per (device, direction, local): its resources and its route
         self._starts: dict[tuple[int, str, bool], tuple[NDArray[np.int64], Route]] = {}
-        #: every device's path per direction, worked out for the whole fleet at once
-        self._fleet: dict[str, _FleetPaths] = {}
+        #: every device's path per direction, worked out for the whole fleet at once (empty
+        #: where the paths are worked out one device at a time)
+        self.fleet: dict[str, FleetPaths] = {}
         #: what a flow over the contended resources ``(first, last)`` joins (:meth:`_nest`)
         self._joins: dict[tuple[int, int], int] = {}
-        #: a pair of contended resources (``_FleetPaths.pair``) -> the one its flows join, as
-        #: flow rounds look it up (:mod:`simfl.engine.flowround`)
+        #: a pair of contended resources (``FleetPaths.pair``) -> the one its flows join, as
+        #: flow rounds look it up (:mod:`simfl.engine.flows.flowround`)
         self.flow_links: dict[int, int] = {}
         #: flow rounds' transfers whose bytes ``carried`` does not hold yet (:meth:`book_later`)
         self._unbooked: list[tuple[list[Any], NDArray[np.int64]]] = []
         self._n_unbooked = 0
         if _nested(topology, self._contended):
-            self.reference = ReferenceFlowNetwork(env, topology)
-            self.reference._carried = self._carried
+            self.reference = ReferenceFlowNetwork(env, topology, self._carried)
+            self.handover = "a path crosses more than two contended links"
+            self.handover_at = float(env.now)
         else:
-            self._fleet = _fleet_paths(topology, self.capacity, self._contended)
+            self.fleet = _fleet_paths(topology, self.capacity, self._contended)
 
     def start(self, device: int, direction: str, size: float, *, local: bool = False) -> Flow:
-        """Start moving ``size`` bytes now (see :meth:`Links.start`; paths are cached)."""
+        """Start moving ``size`` bytes now (as ``Links.start``; paths are kept, :meth:`path`)."""
         if self.reference is not None:
             return super().start(device, direction, size, local=local)
-        key = (device, direction, local)
-        known = self._starts.get(key)
-        if known is None:
-            known = self._starts[key] = self._path(device, direction, local)
+        known = self.path(device, direction, local)
         flow = Flow(self.env, known[0], size)
         flow.route = known[1]
         self.resume(flow)
@@ -279,12 +129,16 @@ class FlowNetwork(Links):
             flow.done.succeed()
             return None
         if contended == -2 or any(self._users[r] for r in private):
-            self._fall_back()
+            self._hand_over(
+                "a flow's contended links nest deeper than one shared link under another"
+                if contended == -2
+                else "two flows at once on one device's own link"
+            )
             return self.resume(flow)
         for r in private:
             self._users[r] += 1
         flow.cap = cap
-        link = self._free if contended < 0 else self._link(contended)
+        link = self.free_link if contended < 0 else self.shared_link(contended)
         link.add(flow, flow.remaining, float(self.env.now))
         self._active[flow] = None
         self._reschedule()
@@ -300,6 +154,20 @@ class FlowNetwork(Links):
             self._reschedule()
         return flow.delivered
 
+    def path(
+        self, device: int, direction: str, local: bool = False
+    ) -> tuple[NDArray[np.int64], Route]:
+        """``device``'s resources in ``direction`` and its route, as :meth:`start` uses them.
+
+        Worked out when first asked for (the link a flow joins is then made, and an edge's
+        link attached to the cloud's, :meth:`_nest`), then kept.
+        """
+        key = (device, direction, local)
+        known = self._starts.get(key)
+        if known is None:
+            known = self._starts[key] = self._path(device, direction, local)
+        return known
+
     # ----------------------------------------------------------------- internals
     def _path(self, device: int, direction: str, local: bool) -> tuple[NDArray[np.int64], Route]:
         """``device``'s resources in ``direction`` (its access link alone if ``local``), routed.
@@ -307,7 +175,7 @@ class FlowNetwork(Links):
         :meth:`Links.resources` in plain Python (a path is a few links: NumPy's per-call cost
         would dominate).
         """
-        fleet = self._fleet.get(direction)
+        fleet = self.fleet.get(direction)
         if fleet is not None and not local:
             return self._fleet_path(fleet, device)
         links = self.topology.paths[device].tolist()
@@ -315,7 +183,7 @@ class FlowNetwork(Links):
         resources = [2 * link + up for link in (links[-1:] if local else links)]
         return np.array(resources, dtype=np.int64), self._route(resources)
 
-    def _fleet_path(self, fleet: _FleetPaths, device: int) -> tuple[NDArray[np.int64], Route]:
+    def _fleet_path(self, fleet: FleetPaths, device: int) -> tuple[NDArray[np.int64], Route]:
         """:meth:`_path` from the fleet's arrays: the same resources and route.
 
         The link a flow joins is still worked out (:meth:`_nest`) when a device first
@@ -360,7 +228,7 @@ class FlowNetwork(Links):
         """The resource a flow over contended ``shared`` (server side first) joins."""
         if len(shared) <= 1:
             return shared[0] if shared else -1
-        upper, lower = (self._link(r) for r in shared[-2:])
+        upper, lower = (self.shared_link(r) for r in shared[-2:])
         if (
             len(shared) > 2
             or lower.children
@@ -372,11 +240,12 @@ class FlowNetwork(Links):
             upper.attach(lower)
         return shared[-1]
 
-    def _link(self, resource: int) -> SharedLink:
+    def shared_link(self, resource: int) -> SharedLink:
+        """The shared link of contended ``resource`` (made and filed when first asked for)."""
         link = self._links.get(resource)
         if link is None:
             link = self._links[resource] = SharedLink(float(self.capacity[resource]))
-            self._calendar.add(link)
+            self.calendar.add(link)
         return link
 
     def _settle(self, flow: Flow, left: float) -> None:
@@ -397,22 +266,22 @@ class FlowNetwork(Links):
         del self._active[flow]
 
     def _reschedule(self) -> None:
-        t = self._calendar.earliest()
-        if t == self._wake_at:
+        t = self.calendar.earliest()
+        if t == self.wake_at:
             return  # the pending wake-up is still the right one
-        self._token += 1
-        self._wake_at = t
-        token = self._token
+        self.token += 1
+        self.wake_at = t
+        token = self.token
         if math.isfinite(t):
             event = self.env.timeout(max(t - float(self.env.now), 0.0))
             event.callbacks.append(lambda _: self._wake(token))
 
     def _wake(self, token: int) -> None:
-        if token != self._token or self.reference is not None:
+        if token != self.token or self.reference is not None:
             return  # the flows changed since this completion was scheduled
-        at, self._wake_at = self._wake_at, math.inf
+        at, self.wake_at = self.wake_at, math.inf
         now = float(self.env.now)
-        finished: list[Flow] = SharedLink.wake_up(self._calendar, at, now)  # type: ignore[assignment]
+        finished: list[Flow] = self.calendar.wake_up(at, now)  # type: ignore[assignment]
         finished.sort(key=lambda f: f.seq)
         for f in finished:
             self._release(f, 0.0)
@@ -449,30 +318,32 @@ class FlowNetwork(Links):
         for name, sel in (("down", ~is_up), ("up", is_up)):
             if not sel.any():
                 continue
-            paths = self._fleet[name]
+            paths = self.fleet[name]
             devices = where[sel]
             lo = paths.bounds[devices]
             lengths = paths.bounds[devices + 1] - lo
             rows = np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
             np.add.at(self._carried, paths.resources[rows], np.repeat(amount[sel], lengths))
 
-    def _fall_back(self) -> None:
+    def _hand_over(self, reason: str) -> None:
         """Hand every flow in progress to the reference algorithm, for the rest of the run."""
-        reference = ReferenceFlowNetwork(self.env, self.topology)
-        reference._carried = self.carried  # with the flow rounds' bytes booked
-        reference._last = float(self.env.now)
+        now = float(self.env.now)
+        # ``carried`` with the flow rounds' bytes booked: the reference adds to the same array
+        reference = ReferenceFlowNetwork(self.env, self.topology, self.carried, now)
+        flows: list[Flow] = []
         for flow in list(self._active):
             assert flow.link is not None
-            self._release(flow, flow.link.remove(flow, float(self.env.now)))
-            reference.flows.append(flow)
-        self._token += 1
-        self._wake_at = math.inf
+            self._release(flow, flow.link.remove(flow, now))
+            flows.append(flow)
+        self.token += 1
+        self.wake_at = math.inf
         self.reference = reference
-        reference._reschedule()
+        self.handover, self.handover_at = reason, now
+        reference.take_over(flows)
 
 
 @dataclass(frozen=True)
-class _FleetPaths:
+class FleetPaths:
     """Every device's path in one direction (device ``i``: ``starts[i]:starts[i + 1]``).
 
     ``first``/``last``: its first and last contended resource (``-1``: none); ``own``: its one
@@ -494,7 +365,7 @@ class _FleetPaths:
 
 def _fleet_paths(
     topology: Topology, capacity: NDArray[np.float64], contended: NDArray[np.bool_]
-) -> dict[str, _FleetPaths]:
+) -> dict[str, FleetPaths]:
     """Every device's path and the parts of its route, per direction, in NumPy over the fleet.
 
     Empty where some path is empty or crosses two private finite resources (a graph
@@ -504,7 +375,7 @@ def _fleet_paths(
     if starts.size < 2 or not (np.diff(starts) > 0).all():
         return {}
     heads, where = starts[:-1], np.arange(links.size)
-    out: dict[str, _FleetPaths] = {}
+    out: dict[str, FleetPaths] = {}
     for up, direction in enumerate(("down", "up")):
         resources = 2 * links + up
         caps = capacity[resources]
@@ -518,7 +389,7 @@ def _fleet_paths(
         first_r = np.where(last >= 0, resources[np.minimum(first, links.size - 1)], -1)
         last_r = np.where(last >= 0, resources[np.maximum(last, 0)], -1)
         cap = np.minimum.reduceat(np.where(private, caps, np.inf), heads)
-        out[direction] = _FleetPaths(
+        out[direction] = FleetPaths(
             resources,
             starts.tolist(),
             first_r.tolist(),

@@ -1,12 +1,14 @@
-"""Which build of simfl's compiled modules runs: mypyc's, or their Python sources.
+"""Which build of the flows package's modules runs: mypyc's, or their Python sources.
 
-``setup.py`` compiles :data:`MODULES` with mypyc where it can and records the SHA-256 of each
-source it compiled (``_native_sources.txt``). The compiled modules run when all of them are
-there and their sources are the ones compiled; otherwise (``SIMFL_PURE_PYTHON=1``, no compiler
-at install, or a source edited since: an editable install's extensions would go stale) all of
-them run from their ``.py`` files, which this module arranges by putting a finder for them
-first on ``sys.meta_path``. It is all or nothing: a class defined in Python cannot subclass
-a compiled one.
+``setup.py`` compiles :data:`MODULES` (modules of :mod:`simfl.engine.flows`, the only ones
+compiled) with mypyc where it can and records the SHA-256 of each source it compiled
+(``_native_sources.txt``, beside this module). The package imports this module before any of
+its others, so the choice is made when the package is first imported, once. The compiled
+modules run when all of them are there and their sources are the ones compiled; otherwise
+(``SIMFL_PURE_PYTHON=1``, no compiler at install, or a source edited since: an editable
+install's extensions would go stale) all of them run from their ``.py`` files, which this
+module arranges by putting a finder for them first on ``sys.meta_path``. It is all or
+nothing: a class defined in Python cannot subclass a compiled one.
 
 Both give the same results bit for bit (``tests/test_native.py``); the compiled ones are about
 twice as fast. :data:`ACTIVE` says which runs, :data:`WHY_PURE` why not the compiled.
@@ -25,11 +27,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ACTIVE", "MODULES", "WHY_PURE", "why_pure"]
+__all__ = ["ACTIVE", "MODULES", "RECORD", "WHY_PURE", "why_pure"]
 
 #: the modules ``setup.py`` compiles (keep in step with its ``NATIVE``)
-MODULES = ("simfl.network.sharing", "simfl.engine.links", "simfl.engine.flowround")
-_ROOT = Path(__file__).resolve().parent.parent  # the folder holding the simfl package
+MODULES = (
+    "simfl.engine.flows.sharedlink",
+    "simfl.engine.flows.calendar",
+    "simfl.engine.flows.links",
+    "simfl.engine.flows.reference",
+    "simfl.engine.flows.network",
+    "simfl.engine.flows.flowround",
+)
+_ROOT = Path(__file__).resolve().parents[3]  # the folder holding the simfl package
+#: where the build's record lies, relative to that folder
+RECORD = "simfl/engine/flows/_native_sources.txt"
 
 
 def _source(name: str) -> Path:
@@ -54,7 +65,7 @@ def why_pure(root: Path = _ROOT, env: dict[str, str] | None = None) -> str | Non
     built = [_compiled(s) for s in sources]
     if not any(built):
         return "not compiled (installed without mypy or a C compiler, or with SIMFL_PURE_PYTHON)"
-    record = root / "simfl" / "_native_sources.txt"
+    record = root / RECORD
     try:
         lines = record.read_text().splitlines()
     except OSError:
