@@ -255,3 +255,29 @@ def test_an_explicit_reference_run_is_what_nothing_faster_plays() -> None:
         _scenario(policies.FedBuff(buffer_size=2, concurrency=3)), policy=Learning(concurrency=3)
     )
     assert _played(sc).meta["playback"] == "reference"
+
+
+def test_the_networks_hand_over_to_the_reference_links_is_recorded_as_a_fallback() -> None:
+    import networkx as nx
+
+    # devices 0 and 1 reach the server through c, b and a: three shared links on one path, more
+    # than the fast links play, so the network hands its flows to the reference from the start
+    g = nx.Graph([("server", "a"), ("a", "b"), ("b", "c")])
+    for u, v, bw in (("server", "a", 50.0), ("a", "b", 40.0), ("b", "c", 30.0)):
+        g.edges[u, v]["bandwidth"] = bw
+    for i in range(4):
+        g.add_edge("c" if i < 2 else "a", i, bandwidth=20.0)
+    sc = Scenario(
+        task=None,
+        algorithm=algorithms.TimingOnly(),
+        fleet=Fleet.homogeneous(4, compute=dists.Exponential(mean=1.0)),
+        network=Network.from_graph(g),
+        policy=policies.WaitAll(),
+        rounds=3,
+    )
+    fast = _played(sc)
+    assert fast.meta["playback_fallbacks"] == {"a path crosses more than two contended links": 1}
+    ref = _played(sc, reference_links=True)
+    assert ref.meta["playback_fallbacks"] == {}  # the reference links never hand over
+    _assert_frames_close(fast.clients, ref.clients)
+    _assert_frames_close(fast.rounds, ref.rounds)
