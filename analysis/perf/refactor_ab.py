@@ -49,6 +49,15 @@ WORKLOADS = {
     "FedBuff timing-only, 20 in flight": (
         "sc = timing(policies.FedBuff(buffer_size=10, concurrency=20), rounds=1000)"
     ),
+    "FedAsync timing-only, 20 in flight": (
+        "sc = timing(policies.FedAsync(concurrency=20), rounds=20000)"
+    ),
+    "hierarchy of 10 edges, shared links, WaitAll": (
+        "sc = Scenario(task=None, algorithm=algorithms.TimingOnly(),"
+        " fleet=Fleet.homogeneous(1000, compute=dists.Exponential(1.0), bandwidth_up=1e5),"
+        " network=Network.hierarchical(np.arange(1000) % 10, edge_up=5e5, server_up=2e6),"
+        " policy=policies.WaitAll(count=100), rounds=30 if Q else 300)"
+    ),
     "FedRep linear, n=1000, 10% per round": (
         "sc = Scenario(task=tasks.LinearRepresentation(d=20, k=2), algorithm=algorithms.FedRep(),"
         " fleet=Fleet.homogeneous(1000, compute=dists.Exponential(1.0)),"
