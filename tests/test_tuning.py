@@ -187,6 +187,35 @@ def test_a_killed_search_resumes_without_repeating_finished_trials(tmp_path, mon
     assert resumed.runs < whole.runs
 
 
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing in the search catches it, nothing after it runs."""
+
+
+@pytest.mark.parametrize("dies", [2, 5])  # a Sobol start trial, a TPE trial (4 start trials)
+def test_a_search_killed_before_its_trial_had_parameters_resumes_to_the_same_trials(
+    tmp_path, monkeypatch, dies: int
+) -> None:
+    # killed between Optuna's ask (the trial is RUNNING in the journal) and the first
+    # parameter being written: the trial has no params, so it cannot be asked again by them
+    import optuna
+
+    whole = _small(trials=8, store=tmp_path / "whole")
+    real = optuna.trial.Trial._suggest
+
+    def dies_before_the_first_parameter(self, name, distribution):  # type: ignore[no-untyped-def]
+        if self.number == dies:
+            raise _Killed
+        return real(self, name, distribution)
+
+    monkeypatch.setattr(optuna.trial.Trial, "_suggest", dies_before_the_first_parameter)
+    with pytest.raises(_Killed):
+        _small(trials=8, store=tmp_path / "cut")
+    monkeypatch.setattr(optuna.trial.Trial, "_suggest", real)
+    resumed = _small(trials=8, store=tmp_path / "cut")
+    cols = [c for c in whole.trials.columns if c != "trial"]
+    assert resumed.trials[cols].reset_index(drop=True).equals(whole.trials[cols])
+
+
 @pytest.mark.parametrize(
     ("knobs", "objective", "extra", "message"),
     [

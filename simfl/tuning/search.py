@@ -509,7 +509,9 @@ def tune(
             trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
             storage.set_trial_system_attr(trial_id, _ABANDONED, True)
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            opt.enqueue_trial(dict(t.params), skip_if_exists=False)
+            again = _asked(t, knobs)
+            if again is not None:
+                opt.enqueue_trial(again, skip_if_exists=False)
 
         runner_exec = (
             executor
@@ -576,6 +578,24 @@ def tune(
     if disk is not None:
         outcome.save(disk.path / STUDY_DIR / f"{name}.json")
     return outcome
+
+
+def _asked(trial: optuna.trial.FrozenTrial, knobs: Mapping[str, Knob]) -> dict[str, Any] | None:
+    """The setting an abandoned trial was asked with, to run it again (``None``: ask anew).
+
+    A search can die after Optuna made the trial but before every parameter was written to the
+    journal. A setting the search enqueued (the Sobol start) is kept whole with the trial, so it
+    is run again as it was; one the sampler chose is asked of the sampler again, which, reseeded
+    for the same finished trials (a failed trial is not among them), chooses it again. Running a
+    partial setting instead would draw the missing parameters from another point of the
+    sampler's stream, and the trials that follow would differ from an uninterrupted search's.
+    """
+    fixed = trial.system_attrs.get("fixed_params")
+    if isinstance(fixed, dict) and fixed:
+        return dict(fixed)
+    if set(trial.params) == set(knobs):
+        return dict(trial.params)
+    return None
 
 
 def _postfix(
