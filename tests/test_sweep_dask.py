@@ -101,3 +101,24 @@ def test_a_killed_dask_worker_loses_no_run(tmp_path, dask):
     assert runs.loc["gated", "started"] > killed  # the gated run ran again after the kill
     reference = simfl.sweep(cases, store=tmp_path / "ref", executor="inline", progress=False)
     _same_stores(Store(store), reference.store)
+
+
+def test_threads_asking_for_the_client_at_once_share_one_cluster():
+    executor = Dask(workers=1)
+    start = threading.Barrier(2)
+    got: list[object] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(executor.client())
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(got) == 2 and got[0] is got[1]
+        assert len(executor._owned) == 2  # one client and one local cluster, nothing leaked
+    finally:
+        executor.close()

@@ -6,6 +6,7 @@ import functools
 import importlib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -79,12 +80,24 @@ class Dask(Executor):
         self.threads = check_threads("Dask", threads) or default
         self._client = client
         self._owned: list[Any] = []
+        # a sweep and its caller may ask for the client from two threads at once: one cluster
+        self._starting = threading.Lock()
         self._where = "your client" if client is not None else scheduler or "local cluster"
 
     def client(self) -> Any:
-        """The ``distributed.Client``, connecting or starting a local cluster on first use."""
+        """The ``distributed.Client``, connecting or starting a local cluster on first use.
+
+        Thread-safe: threads asking at once share the one client (and local cluster) started.
+        """
         if self._client is not None:
             return self._client
+        with self._starting:
+            if self._client is None:
+                self._connect()
+        return self._client
+
+    def _connect(self) -> None:
+        """Connect to the scheduler, or start a local cluster, and keep the client."""
         try:
             distributed: Any = importlib.import_module("distributed")
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -111,7 +124,6 @@ class Dask(Executor):
             self._owned.append(cluster)
             self._client = distributed.Client(cluster)
         self._owned.insert(0, self._client)
-        return self._client
 
     def describe(self) -> str:
         """See :meth:`Executor.describe`."""
