@@ -1,0 +1,125 @@
+"""The twin: a scenario played for real on Flower's Deployment Engine (``simfl.twin``).
+
+One reduced twin (three SuperNodes, two rounds, a few tens of seconds of wall time, most of
+them Flower starting its processes) checks that the real run records the rows of
+:func:`simfl.run` and passes the same checks, that every job is planned from the same keyed
+draws, and that failures are recorded without stopping the run: a ClientApp that raises and a
+SuperNode killed mid-job are ``dropped`` jobs, and no process is left behind. The timing
+*fidelity* is the study's (``analysis/twin_fidelity.py``), not a test's: wall-clock times are
+never asserted.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simfl
+from simfl import Fleet, Scenario
+from simfl.algorithms import TimingOnly
+from simfl.dists import Exponential
+from simfl.fleet import Availability
+from simfl.policies import FedBuff, WaitAll
+from tests.test_termination import check_rows
+
+pytest.importorskip("flwr", reason="the twin needs Flower: pip install 'simfl[flower]'")
+
+from simfl.twin import twin  # noqa: E402
+from simfl.twin.deployment import MARK  # noqa: E402
+
+APPS = Path(__file__).with_name("twin_apps")
+
+
+def _scenario(**kw: object) -> Scenario:
+    fleet = Fleet.homogeneous(3, compute=Exponential(mean=1.0), latency=0.1)
+    base: dict[str, object] = dict(
+        task=None, algorithm=TimingOnly(), fleet=fleet, policy=WaitAll(), rounds=2, seed=4
+    )
+    base.update(kw)
+    return Scenario(**base)  # type: ignore[arg-type]
+
+
+def _twin_processes() -> list[int]:
+    """Live processes of any twin deployment (their environment carries the twin's mark)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                env = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if any(item.startswith(MARK.encode() + b"=") for item in env.split(b"\0")):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_a_reduced_twin_records_the_rows_of_simfl_run_and_survives_failures(
+    tmp_path: Path,
+) -> None:
+    sc = _scenario()
+    res = twin(
+        sc,
+        scale=0.5,
+        app="sometimes_fails:app",
+        paths=[str(APPS)],
+        workdir=tmp_path / "twin",
+        faults={1: 1},  # device 1's SuperNode dies once round 1's jobs are sent
+        timeout=400,
+    )
+    ref = simfl.run(sc, progress=False)
+    # the same validation as simfl.run's rows (statuses add up per round, times well formed)
+    check_rows(res, sc)
+    assert list(res.rounds.columns) == list(ref.rounds.columns)
+    assert set(ref.clients.columns) <= set(res.clients.columns)
+    assert res.meta["playback"] == "twin" and res.meta["stop_reason"] == "rounds"
+    assert len(res.rounds) == 2 and (res.rounds["n_selected"] == 3).all()
+    # every job is planned from the keyed draws simfl.run used for the same round and device
+    key = ["round", "device"]
+    planned = res.clients.set_index(key)["planned_compute"].sort_index()
+    drawn = ref.clients.set_index(key)["compute"].sort_index()
+    np.testing.assert_array_equal(planned.to_numpy(), drawn.to_numpy())
+    status = res.clients.set_index(key)["status"].astype(str)
+    # the app raises on partition 2: both its jobs dropped, with the app's error recorded
+    assert (status.xs(2, level="device") == "dropped").all()
+    errors = res.clients.loc[res.clients["device"] == 2, "error"]
+    assert errors.str.contains("partition 2 ran out of memory").all()
+    # device 1's SuperNode was killed in round 1: that job dropped, round 0's arrived
+    assert status[(0, 1)] == "arrived" and status[(1, 1)] == "dropped"
+    assert status[(0, 0)] == "arrived" and status[(1, 0)] == "arrived"
+    # the arrived jobs waited out at least their emulated compute (in simulated seconds)
+    arrived = res.clients[res.clients["status"].astype(str) == "arrived"]
+    assert (arrived["compute"] >= arrived["planned_compute"] - 1e-3).all()
+    assert (arrived["dispatch"] > 0).all() and (arrived["t_end"] > arrived["t_start"]).all()
+    assert _twin_processes() == []
+    assert (tmp_path / "twin" / "superlink.log").exists()  # the logs stay in the user's folder
+
+
+def test_the_twin_refuses_bad_input_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ValueError, match=f"port {port} is already in use"):
+            twin(_scenario(), port=port, workdir=tmp_path)
+    with pytest.raises(ValueError, match=r"twin.scale must be in \(0, inf\)"):
+        twin(_scenario(), scale=0.0)
+    with pytest.raises(ValueError, match="synchronous policy"):
+        twin(_scenario(policy=FedBuff(buffer_size=2, concurrency=2)))
+    avail = Availability([np.array([[0.0, 100.0]])] * 3)
+    with pytest.raises(ValueError, match="availability"):
+        twin(_scenario(fleet=_scenario().fleet.with_availability(avail), rounds=1))
+    with pytest.raises(ValueError, match="twin.app 'no_such_module:app' could not be loaded"):
+        twin(_scenario(), app="no_such_module:app")
+    with pytest.raises(ValueError, match=r"twin.faults: devices must be in \[0, 2\]"):
+        twin(_scenario(), faults={7: 0})
+    assert _twin_processes() == []
+
+
+def test_a_missing_flower_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flwr", None)
+    with pytest.raises(ImportError, match=r"pip install 'simfl\[flower\]'"):
+        twin(_scenario())
