@@ -28,8 +28,8 @@ from tests.test_termination import check_rows
 
 pytest.importorskip("flwr", reason="the twin needs Flower: pip install 'simfl[flower]'")
 
-from simfl.twin import twin  # noqa: E402
-from simfl.twin.deployment import MARK  # noqa: E402
+from simfl.twin import twin
+from simfl.twin.deployment import MARK
 
 APPS = Path(__file__).with_name("twin_apps")
 
@@ -112,7 +112,7 @@ def test_the_twin_refuses_bad_input_before_anything_starts(tmp_path: Path) -> No
     avail = Availability([np.array([[0.0, 100.0]])] * 3)
     with pytest.raises(ValueError, match="availability"):
         twin(_scenario(fleet=_scenario().fleet.with_availability(avail), rounds=1))
-    with pytest.raises(ValueError, match="twin.app 'no_such_module:app' could not be loaded"):
+    with pytest.raises(ValueError, match=r"twin\.app 'no_such_module:app' could not be loaded"):
         twin(_scenario(), app="no_such_module:app")
     with pytest.raises(ValueError, match=r"twin.faults: devices must be in \[0, 2\]"):
         twin(_scenario(), faults={7: 0})

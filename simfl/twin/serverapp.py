@@ -133,7 +133,8 @@ def _nodes(grid: Grid, plan: Plan, n: int) -> dict[int, int]:
             pending.discard(reply.metadata.reply_to_message_id)
             if reply.has_error():
                 raise RuntimeError(f"a SuperNode failed to say its partition: {reply.error}")
-            devices[int(cast(Any, reply.content["simfl"]["partition"]))] = reply.metadata.src_node_id
+            partition = int(cast(Any, reply.content["simfl"]["partition"]))
+            devices[partition] = reply.metadata.src_node_id
         if time.time() > deadline:
             raise TimeoutError(f"SuperNodes did not answer within {plan.node_timeout:g} s")
         time.sleep(0.02)
