@@ -292,9 +292,8 @@ class AsyncLoop:
                 self.drops_in_row = 0
                 self.buffer.append(job)
                 if len(self.buffer) >= self.policy.buffer():
-                    # the server's aggregation (server costs): the new version exists, and
-                    # jobs start from it, once it is done
-                    yield from run.aggregating(self.n_applicable())
+                    if run.server is not None:  # the new version exists once it is done
+                        yield from run.server.aggregate(self.n_applicable())
                     self.aggregate()
             if run.stop_reason is None:
                 self.launch()

@@ -93,7 +93,8 @@ class RunContext(StopRules, ShowsProgress, JobRecords, Computation):
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
-        #: The server's own costs on the clock (``None``: the server takes no time).
+        #: The server's own costs on the clock (``None``: the server takes no time); the job
+        #: processes and the loops ask it for its time (:mod:`simfl.engine.server`).
         self.server = ServerClock.of(self.env, scenario.server)
         #: How one job unfolds: its shared network and live job processes, where it has them.
         self.jobs: Jobs = build_jobs(self.env, scenario, self.cursor, reference_links, self.server)
@@ -140,14 +141,6 @@ class RunContext(StopRules, ShowsProgress, JobRecords, Computation):
                 self.stop("offline")
                 return
             yield self.env.timeout(t - self.env.now)
-
-    def aggregating(self, n_updates: int) -> Generator[Any, Any, None]:
-        """The server aggregates ``n_updates`` updates in simulated time (none without costs).
-
-        See :mod:`simfl.engine.server`; a run without server costs adds no event here.
-        """
-        if self.server is not None:
-            yield from self.server.aggregate(n_updates)
 
     def end_aggregation(self, row: dict[str, Any]) -> None:
         """Record aggregation ``row``, then check the stop rules and evaluate if due."""

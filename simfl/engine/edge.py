@@ -142,8 +142,8 @@ class EdgeRound:
                 p.interrupt("cloud closed")  # its edge missed the cloud's deadline
                 self.reported.discard(e)
         self.procs = []
-        # the cloud aggregates one update per edge server that reported (server costs)
-        yield from self.run.aggregating(len(self.reported))
+        if self.run.server is not None:  # one update per edge server that reported
+            yield from self.run.server.aggregate(len(self.reported))
         outcome = self._record(final=True)
         assert outcome is not None
         return outcome

@@ -76,8 +76,8 @@ class SyncLoop:
         rnd, repeats = start_round(ctx, decision, r, self.policy)
         self.current = rnd
         yield from self.playback.round(ctx, rnd, decision.deadline, alone=True)
-        # the server's aggregation (server costs): the round is in flight until it is done
-        yield from ctx.aggregating(rnd.n_accepted)
+        if ctx.server is not None:  # its aggregation: the round is in flight until it is done
+            yield from ctx.server.aggregate(rnd.n_accepted)
         self.current = None
         return close_aggregation(
             ctx,

@@ -91,8 +91,8 @@ class TieredLoop:
             rnd, repeats = start_round(ctx, decision, version, policy)
             self.current[g] = rnd
             yield from self.playback.round(ctx, rnd, decision.deadline)
-            if not self._stopping():  # the server's aggregation (server costs), in flight
-                yield from ctx.aggregating(rnd.n_accepted)
+            if ctx.server is not None and not self._stopping():  # its aggregation, in flight
+                yield from ctx.server.aggregate(rnd.n_accepted)
             del self.current[g]
             if self._stopping():  # another group stopped the run meanwhile
                 return
