@@ -5,7 +5,7 @@ written: at the top, inside a function (a lazy import) or under ``if TYPE_CHECKI
 type-only import). The layers, low to high (a module may import its own layer and lower ones):
 
     0 low        _checks, rng, dists, outcome
-    1 world      fleet, network, tasks
+    1 world      fleet, network, server, tasks
     2 math       algorithms, neural
     3 policies   policies
     4 run model  scenario, results
@@ -35,6 +35,7 @@ LAYERS = {
     "outcome": 0,
     "fleet": 1,
     "network": 1,
+    "server": 1,
     "tasks": 1,
     "algorithms": 2,
     "neural": 2,
