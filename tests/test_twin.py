@@ -11,6 +11,7 @@ never asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from pathlib import Path
@@ -43,16 +44,18 @@ def _scenario(**kw: object) -> Scenario:
     return Scenario(**base)  # type: ignore[arg-type]
 
 
-def _twin_processes() -> list[int]:
-    """Live processes of any twin deployment (their environment carries the twin's mark)."""
+def _twin_processes(folder: Path) -> list[int]:
+    """Live processes of the twin deployments whose work folder is ``folder`` (Flower's home
+    lies in it, and every process of a deployment carries it in its environment)."""
+    home = f"FLWR_HOME={folder / 'flwr-home'}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                env = (entry / "environ").read_bytes()
+                env = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(item.startswith(MARK.encode() + b"=") for item in env.split(b"\0")):
+            if home in env and any(item.startswith(MARK.encode() + b"=") for item in env):
                 pids.append(int(entry.name))
     return pids
 
@@ -94,7 +97,7 @@ def test_a_reduced_twin_records_the_rows_of_simfl_run_and_survives_failures(
     arrived = res.clients[res.clients["status"].astype(str) == "arrived"]
     assert (arrived["compute"] >= arrived["planned_compute"] - 1e-3).all()
     assert (arrived["dispatch"] > 0).all() and (arrived["t_end"] > arrived["t_start"]).all()
-    assert _twin_processes() == []
+    assert _twin_processes(tmp_path / "twin") == []
     assert (tmp_path / "twin" / "superlink.log").exists()  # the logs stay in the user's folder
 
 
@@ -116,10 +119,34 @@ def test_the_twin_refuses_bad_input_before_anything_starts(tmp_path: Path) -> No
         twin(_scenario(), app="no_such_module:app")
     with pytest.raises(ValueError, match=r"twin.faults: devices must be in \[0, 2\]"):
         twin(_scenario(), faults={7: 0})
-    assert _twin_processes() == []
+    assert _twin_processes(tmp_path) == [] and not (tmp_path / "flwr-home").exists()
 
 
 def test_a_missing_flower_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flwr", None)
     with pytest.raises(ImportError, match=r"pip install 'simfl\[flower\]'"):
         twin(_scenario())
+
+
+def test_fidelity_compares_runs_round_by_round_and_job_by_job() -> None:
+    from simfl import Server
+    from simfl.dists import Constant
+    from simfl.twin.fidelity import compare
+
+    # wait-all on constant 1 s jobs and free links: every round lasts 1 s; a server that
+    # spends 0.25 s on each message it sends and receives (unbounded concurrency) makes every
+    # job, and so every round, last 1.5 s: relative error |1 - 1.5| / 1.5 = 1/3, exactly
+    fleet = Fleet.homogeneous(3, compute=Constant(1.0))
+    sc = _scenario(fleet=fleet, rounds=4)
+    free = simfl.run(sc, progress=False)
+    slow = simfl.run(
+        dataclasses.replace(sc, server=Server(overhead_per_message=0.25)), progress=False
+    )
+    same = compare(free, free).summary()
+    assert same["round_error_median"] == 0.0 and same["job_error_max"] == 0.0
+    assert same["same_arrivals"] == 1.0 and same["rounds"] == 4
+    fid = compare(free, slow)
+    np.testing.assert_allclose(fid.rounds["error"], 1 / 3, rtol=1e-12)
+    np.testing.assert_allclose(fid.jobs["error"], 1 / 3, rtol=1e-12)
+    assert len(fid.jobs) == 12 and fid.rounds["same_arrivals"].all()
+    assert fid.time_to_target is None

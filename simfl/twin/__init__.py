@@ -178,7 +178,12 @@ def twin(
     Results
         ``rounds`` and ``clients`` with :func:`simfl.run`'s columns (``clients`` adds
         ``dispatch``, ``return_``, ``overrun``, the planned durations and ``error``);
-        ``meta["playback"]`` is ``"twin"`` and ``meta["twin"]`` holds the deployment's facts.
+        ``meta["playback"]`` is ``"twin"`` and ``meta["twin"]`` holds the deployment's facts:
+        its ``port`` and Flower ``run_id``, the ``scale``, the largest ``max_overrun``, and per
+        round the instant it closed (``closes``) and the seconds its aggregation took
+        (``aggregation``), both in simulated seconds. A round's ``time`` is when its new
+        model exists, as :func:`simfl.run` records it. ``Scenario.server`` is not played: the
+        twin's server is the real one, whose costs a :class:`simfl.Server` models.
 
     Raises
     ------
@@ -308,6 +313,8 @@ def twin(
         "empty_rounds": int((rounds["n_arrived"] == 0).sum()),
         "twin": {
             **facts,
+            "closes": out["closes"],
+            "aggregation": out["aggregation"],
             "scale": scale,
             "max_overrun": float(clients["overrun"].max()) if len(clients) else 0.0,
         },

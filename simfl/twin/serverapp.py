@@ -10,7 +10,9 @@ differs: instants are wall-clock seconds since the first round began, divided by
 scale, minus the time the server spent evaluating (evaluation is off the clock, as in
 :func:`simfl.run`).
 
-The rows it writes have the columns of :func:`simfl.run`'s, plus, in ``clients``, what the
+A round's ``time`` is when its new model exists (after the aggregation, as
+:func:`simfl.run` records it with a :class:`simfl.Server`); late and cancelled jobs end when the
+round closed. The rows it writes have the columns of :func:`simfl.run`'s, plus, in ``clients``, what the
 real system added: ``dispatch`` (seconds from the server's send to the ClientApp's start:
 Flower's polling and process start), ``return_`` (from the ClientApp's reply to the server's
 receipt) and ``overrun`` (training that outlasted the emulated compute time).
@@ -172,6 +174,7 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
     policy = sc.policy
     pstate = policy.start(view)
     jobs_rows: list[dict[str, Any]] = []
+    closes: list[tuple[float, float]] = []  # each round's close and its aggregation's seconds
     rounds_rows: list[dict[str, Any]] = []
     metrics_names = tuple(sc.task.metrics) if sc.task is not None else ()
     initial = alg.evaluate(state, task) if task is not None else {}
@@ -335,6 +338,9 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
             if (reps > 1).any():
                 updates = updates.repeat(reps)
             state = alg.aggregate(state, updates, outcome)
+        ready = env.now  # the new model exists now (simfl.run's ``time``)
+        closes.append((close, ready - close))
+        row["time"], row["duration"] = ready, ready - t_round
         ctx.state = state
         pstate = policy.observe(pstate, outcome, view)
         for j in range(m):
@@ -393,6 +399,8 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
         "metrics": list(metrics_names),
         "nodes": {int(k): int(v) for k, v in node_of.items()},
         "round_columns": list(ROUND_COLUMNS),
+        "closes": [c for c, _ in closes],
+        "aggregation": [a for _, a in closes],
     }
 
 
