@@ -418,6 +418,24 @@ def test_server_side_evaluation_and_fedprox_config():
     assert res.meta["goals"] == {"loss": "min", "seen": "max"}
 
 
+def test_work_units_and_a_readable_repr():
+    work = {"client_work": lambda pid: 2.0 * (pid + 1)}
+    for policy in (policies.WaitAll(), policies.FedBuff(buffer_size=2, concurrency=3)):
+        res = simfl.run(_ls_legacy(legacy.FedAvg(), policy, rounds=3, **work), progress=False)
+        assert res.ok, res.meta["error"]
+        jobs = res.clients
+        assert (jobs["work"] == 2.0 * (jobs["device"] + 1)).all()
+        done = jobs["status"] == "arrived"  # 1 s per unit: Constant(1)
+        np.testing.assert_allclose(jobs["compute"][done], jobs["work"][done])
+    assert "0x" not in res.meta["scenario_repr"]  # no object addresses: stable across processes
+    assert "test_flower_adapter.ls_client_fn, strategy=FedAvg(" in res.meta["scenario_repr"]
+    with pytest.raises(ValueError, match=r"client_work must give a finite number > 0"):
+        simfl.run(
+            _ls_legacy(legacy.FedAvg(), policies.WaitAll(), client_work=lambda pid: 0.0),
+            progress=False,
+        )
+
+
 # ---------------------------------------------------------------- the digits app (PyTorch)
 def _digits(api: str, name: str, policy: Any, rounds: int = 3, seed: int = 0) -> Scenario:
     config = run_config(APP_DIR)
@@ -504,6 +522,21 @@ def test_runs_are_deterministic_and_independent():
     state = torch.random.get_rng_state()
     simfl.run(_digits("legacy", "FedAvg", ASYNC, rounds=1), progress=False)
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+@pytest.mark.parametrize("api", ["legacy", "message"])
+def test_a_clients_update_does_not_depend_on_its_cohort(api):
+    """Lazy exactness: client 3's update alone equals its row in a cohort, to the last bit."""
+    sc = _digits(api, "FedProx", SYNC)
+    alg, streams = sc.algorithm, simfl.Streams(sc.seed)
+    data = sc.task.build(5, streams)
+    with sc.task.session():
+        state = alg.initial_state(data, streams)
+        cohort = alg.local_updates(state, data, np.array([0, 3, 4]), 0, streams)
+        alone = alg.local_updates(state, data, np.array([3]), 0, streams)
+    for name in state.arrays:
+        np.testing.assert_array_equal(cohort.params[name][1], alone.params[name][0])
+    assert cohort.weight[1] == alone.weight[0] and cohort.loss[1] == alone.loss[0]
 
 
 def test_a_target_on_the_apps_metric_stops_the_run():
@@ -600,9 +633,11 @@ def test_bad_apps_are_refused_before_anything_runs():
         simfl.run(no_initial, progress=False)
     # a strategy that would wait for more nodes than the fleet has: refused, never a hang
     with pytest.raises(ValueError, match=r"min_available_clients \(9\) is more than the fleet"):
-        simfl.run(_ls_legacy(legacy.FedAvg(min_available_clients=9), policies.WaitAll()))
+        simfl.run(
+            _ls_legacy(legacy.FedAvg(min_available_clients=9), policies.WaitAll()), progress=False
+        )
     with pytest.raises(ValueError, match=r"min_train_nodes \(9\) is more than the fleet"):
-        simfl.run(_ls_message(msgapi.FedAvg(min_train_nodes=9), policies.WaitAll()))
+        simfl.run(_ls_message(msgapi.FedAvg(min_train_nodes=9), policies.WaitAll()), progress=False)
     # metrics the app's evaluation does not give
     sc = _ls_legacy(legacy.FedAvg(), policies.WaitAll())
     with pytest.raises(ValueError, match=r"FlowerTask.metrics names \['accuracy'\]"):

@@ -56,11 +56,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from numpy.typing import NDArray
 
@@ -221,6 +221,21 @@ class FlowerApp(Algorithm[FlowerState]):
 
     name: ClassVar[str] = "flower"
 
+    def __repr__(self) -> str:
+        """The fields that are set, code by its qualified name and a strategy by its settings.
+
+        Stable across processes (no object addresses), so a scenario's ``repr`` recorded in
+        ``meta["scenario_repr"]`` says which app and which strategy ran.
+        """
+        parts = [f"client={_describe(self.client)}", f"strategy={_describe(self.strategy)}"]
+        for f in fields(self):
+            if f.name in ("client", "strategy") or not f.repr:
+                continue
+            value = getattr(self, f.name)
+            if value != f.default and not (isinstance(value, dict) and not value):
+                parts.append(f"{f.name}={_describe(value)}")
+        return f"FlowerApp({', '.join(parts)})"
+
     def __post_init__(self) -> None:
         protocol = protocol_of(self.strategy)
         app, family = _client_app(self.client)
@@ -334,7 +349,6 @@ class FlowerApp(Algorithm[FlowerState]):
 
         with self._server(data, _seed(streams, "flower/init-strategy")):
             arrays = self._protocol.initial(strategy, arrays, list(map(int, data.node_ids)), ask)
-        state = FlowerState(arrays, strategy, 0, {}, (), data)
         if self.client_work is not None:
             units = np.array([self.client_work(i) for i in range(data.n)], dtype=np.float64)
             if units.shape != (data.n,) or not (np.isfinite(units).all() and (units > 0).all()):
@@ -342,12 +356,12 @@ class FlowerApp(Algorithm[FlowerState]):
                     f"FlowerApp.client_work must give a finite number > 0 for every partition, got "
                     f"{units!r}"
                 )
-            state._cache["work"] = units
-        return state
+            data.work = units
+        return FlowerState(arrays, strategy, 0, {}, (), data)
 
     def work(self, state: FlowerState, clients: IntArray) -> NDArray[np.float64]:
         """:attr:`client_work` of each client (default: one unit per job)."""
-        units = state._cache.get("work")
+        units = state.nodes.work
         if units is None:
             return np.ones(clients.shape, dtype=np.float64)
         return np.asarray(units[clients], dtype=np.float64)
@@ -587,6 +601,29 @@ class FlowerApp(Algorithm[FlowerState]):
         return replies
 
 
+def _describe(value: Any) -> str:
+    """``value`` for a repr: code by its qualified name, a strategy by its scalar settings."""
+    if isinstance(value, ClientApp):
+        funcs = sorted(getattr(value, "_registered_funcs", {}))
+        return f"ClientApp({', '.join(funcs) or 'client_fn'})"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    if hasattr(value, "aggregate_fit") or hasattr(value, "aggregate_train"):  # a strategy
+        settings = ", ".join(
+            f"{k}={v!r}"
+            for k, v in vars(value).items()
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str))
+        )
+        return f"{type(value).__name__}({settings})"
+    if isinstance(value, dict) and all(
+        isinstance(v, (bool, int, float, str)) for v in value.values()
+    ):
+        return repr(value)  # a config
+    if isinstance(value, (ArrayRecord, Mapping, list, tuple)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    return repr(value)
+
+
 def _kept(states: Mapping[int, RecordDict], replies: Sequence[Reply]) -> dict[int, RecordDict]:
     """``states`` with each replying client's node state after its call."""
     out = dict(states)
@@ -596,15 +633,15 @@ def _kept(states: Mapping[int, RecordDict], replies: Sequence[Reply]) -> dict[in
 
 
 def _matched(arrays: Arrays, model: Arrays, client: int) -> Arrays:
-    """``arrays`` if they have the global model's names and shapes (``ValueError`` otherwise)."""
-    if list(arrays) != list(model) or any(arrays[k].shape != model[k].shape for k in model):
+    """``arrays`` in the model's order if they have its names and shapes (else ``ValueError``)."""
+    if arrays.keys() != model.keys() or any(arrays[k].shape != model[k].shape for k in model):
         got = {k: tuple(v.shape) for k, v in arrays.items()}
         want = {k: tuple(v.shape) for k, v in model.items()}
         raise ValueError(
             f"the Flower client of partition {client} replied arrays {got}; the global model "
             f"has {want}"
         )
-    return arrays
+    return {k: arrays[k] for k in model}
 
 
 def _weighted_means(protocol: Protocol, replies: Sequence[Message]) -> dict[str, float]:

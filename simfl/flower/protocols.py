@@ -492,6 +492,8 @@ class Legacy(Protocol):
 
     def eval_metrics(self, reply: Message) -> tuple[float, dict[str, float]]:  # noqa: D102
         res = compat.recorddict_to_evaluateres(reply.content)
+        if res.status.code != Code.OK:  # not a result (Flower's server counts it a failure)
+            return 0.0, {}
         return float(res.num_examples), {"loss": float(res.loss), **_floats(res.metrics)}
 
     def aggregate_evaluate(  # noqa: D102

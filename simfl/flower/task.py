@@ -141,6 +141,8 @@ class FlowerNodes:
         ``partition-id``, not its node id).
     run_id
         The run's Flower run id (keyed stream ``"flower/run"``).
+    work
+        Work units of one job of each client (``FlowerApp.client_work``; ``None``: one each).
     """
 
     def __init__(self, task: FlowerTask, n: int, streams: Streams) -> None:
@@ -153,6 +155,7 @@ class FlowerNodes:
             ids = np.unique(np.concatenate([ids, rng.integers(2, 2**63, size=n - ids.size)]))
         self.node_ids: NDArray[np.int64] = rng.permutation(ids).astype(np.int64)
         self.run_id = int(streams.generator("flower/run").integers(1, 2**63))
+        self.work: NDArray[np.float64] | None = None
         self._replies: dict[int, Reply] = {}
         self._next = 0
 
