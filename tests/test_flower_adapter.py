@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 from flwr.app import (  # noqa: E402
     Array,
     ArrayRecord,
+    ConfigRecord,
     Context,
     Message,
     MetricRecord,
@@ -37,6 +38,7 @@ from flwr.common import ndarrays_to_parameters  # noqa: E402
 from flwr.common.config import get_project_config, validate_config  # noqa: E402
 from flwr.common.constant import ErrorCode  # noqa: E402
 from flwr.server import strategy as legacy  # noqa: E402
+from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp import strategy as msgapi  # noqa: E402
 
 import simfl  # noqa: E402
@@ -48,6 +50,7 @@ from simfl.flower import (  # noqa: E402
     JobFailure,
     run_config,
 )
+from simfl.flower._runtime import SERVER_NODE_ID, calling  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_DIR = ROOT / "docs" / "examples" / "flower_digits"
@@ -502,6 +505,98 @@ def test_the_digits_app_learns_under_each_strategy_and_policy_family(api, name, 
     assert res.rounds["train_loss"].notna().all()
     if family == "sync":  # the deadline left some stragglers out, and they were failures
         assert res.rounds["n_late"].sum() > 0
+
+
+class InProcessGrid(Grid):
+    """Flower's grid played in this process, for Flower's own server loop (``Strategy.start``).
+
+    Each message is one call of the ClientApp with its node's Context, the global generators
+    seeded as simfl seeds the same call (``("flower/fit", partition, round index)``,
+    ``("flower/evaluate", partition, server round)``); replies come back in partition order,
+    the order in which simfl hands a wait-all round's replies to the strategy.
+    """
+
+    def __init__(self, app: ClientApp, nodes: Any, config: dict[str, Any], seed: int) -> None:
+        self.app, self.nodes, self.config, self.streams = app, nodes, config, simfl.Streams(seed)
+        self.partition = {int(node): pid for pid, node in enumerate(nodes.node_ids)}
+
+    def set_run(self, run):
+        pass
+
+    @property
+    def run(self):
+        raise NotImplementedError
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return Message(content, dst_node_id, message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self):
+        return [int(n) for n in self.nodes.node_ids]
+
+    def push_messages(self, messages):
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):
+        raise NotImplementedError
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in sorted(messages, key=lambda m: self.partition[m.metadata.dst_node_id]):
+            pid = self.partition[msg.metadata.dst_node_id]
+            server_round = msg.content["config"]["server-round"]
+            if msg.metadata.message_type == "train":
+                key = ("flower/fit", pid, server_round - 1)
+            else:
+                key = ("flower/evaluate", pid, server_round)
+            seed = int(self.streams.generator(*key).integers(2**63))
+            context = self.nodes.context(pid, None, self.config)
+            with calling(True, seed, self.nodes.run_id, context.node_id):
+                replies.append(self.app(msg, context))
+        return replies
+
+
+@pytest.mark.parametrize("name", ["FedAvg", "FedAdam"])
+def test_wait_all_equals_flowers_own_server_loop(name):
+    """simfl's wait-all rounds are Flower's ``Strategy.start`` rounds, to the last bit."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        initial = ArrayRecord(Net().state_dict())
+    config = run_config(APP_DIR)
+    make = {"FedAvg": msgapi.FedAvg, "FedAdam": lambda: msgapi.FedAdam(eta=0.03, eta_l=0.1)}
+    app = FlowerApp(
+        client=client_app.app,
+        strategy=make[name](),
+        initial=initial,
+        run_config=config,
+        train_config={"lr": config["lr"]},
+    )
+    sc = Scenario(
+        task=FlowerTask(metrics=("eval_loss", "eval_acc")),
+        algorithm=app,
+        fleet=Fleet.homogeneous(5, compute=dists.Exponential(mean=1.0)),
+        policy=policies.WaitAll(),
+        rounds=3,
+        seed=4,
+    )
+    res = simfl.run(sc, progress=False)
+    assert res.ok, res.meta["error"]
+    grid = InProcessGrid(client_app.app, res.state.nodes, config, sc.seed)
+    with sc.task.session(), calling(True, 0, res.state.nodes.run_id, SERVER_NODE_ID):
+        flower = make[name]().start(
+            grid=grid,
+            initial_arrays=initial,
+            num_rounds=3,
+            train_config=ConfigRecord({"lr": config["lr"]}),
+        )
+    for key, value in flower.arrays.items():
+        np.testing.assert_array_equal(res.state.arrays[key], value.numpy())
+    for r in (1, 2, 3):
+        row = res.rounds.iloc[r - 1]
+        assert dict(flower.evaluate_metrics_clientapp[r]) == {
+            "eval_loss": row["eval_loss"],
+            "eval_acc": row["eval_acc"],
+        }
+        assert dict(flower.train_metrics_clientapp[r]) == res.state.train_metrics[r - 1][1]
 
 
 def test_runs_are_deterministic_and_independent():
