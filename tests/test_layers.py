@@ -6,7 +6,7 @@ type-only import). The layers, low to high (a module may import its own layer an
 
     0 low        _checks, rng, dists, outcome
     1 world      fleet, network, tasks
-    2 math       algorithms, neural
+    2 math       algorithms, neural, flower
     3 policies   policies
     4 run model  scenario, results
     5 engine     engine
@@ -38,6 +38,7 @@ LAYERS = {
     "tasks": 1,
     "algorithms": 2,
     "neural": 2,
+    "flower": 2,
     "policies": 3,
     "scenario": 4,
     "results": 4,

@@ -97,14 +97,24 @@ def identity(run_id: int, node_id: int) -> Iterator[None]:
     process); in one process simfl plays both sides, so it sets the identity of the side
     whose code runs.
     """
-    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    names = ("task_id", "run_id", "node_id")
+    saved = [_identity(name) for name in names]
     TaskIdentity.task_id = _TASK_ID
     TaskIdentity.run_id = run_id
     TaskIdentity.node_id = node_id
     try:
         yield
     finally:
-        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+        for name, value in zip(names, saved, strict=True):
+            setattr(TaskIdentity, name, value)  # None: unset again, as it was
+
+
+def _identity(name: str) -> int | None:
+    """``TaskIdentity``'s ``name`` (``None`` where unset: reading it then raises)."""
+    try:
+        return int(getattr(TaskIdentity, name))
+    except RuntimeError:
+        return None
 
 
 @contextmanager

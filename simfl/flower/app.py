@@ -127,7 +127,12 @@ def _seed(streams: Streams, purpose: str, *keys: int) -> int:
 
 
 def _client_app(client: Any) -> tuple[ClientApp, str]:
-    """The ``ClientApp`` that runs ``client`` and its family (``"legacy"`` or ``"message"``)."""
+    """The ``ClientApp`` that runs ``client`` and its family (``"legacy"`` or ``"message"``).
+
+    A ``ClientApp`` has no public word on which API built it; its two private attributes say
+    (``_call``: the handler of a ``client_fn``; ``_registered_funcs``: the ``@app.train()``
+    and ``@app.evaluate()`` functions), as in the Flower release the extra pins.
+    """
     if isinstance(client, ClientApp):
         if getattr(client, "_call", None) is not None:  # ClientApp(client_fn)
             return client, "legacy"
