@@ -6,11 +6,11 @@ type-only import). The layers, low to high (a module may import its own layer an
 
     0 low        _checks, rng, dists, outcome
     1 world      fleet, network, server, tasks
-    2 math       algorithms, neural
+    2 math       algorithms, neural, flower
     3 policies   policies
     4 run model  scenario, results
     5 engine     engine
-    6 analysis   compare, plots, sweeps, report, tuning
+    6 analysis   compare, plots, sweeps, report, tuning, twin
     7 interface  cli, and the package's own ``simfl/__init__.py``
 """
 
@@ -39,6 +39,7 @@ LAYERS = {
     "tasks": 1,
     "algorithms": 2,
     "neural": 2,
+    "flower": 2,
     "policies": 3,
     "scenario": 4,
     "results": 4,
@@ -48,6 +49,7 @@ LAYERS = {
     "sweeps": 6,
     "tuning": 6,
     "report": 6,
+    "twin": 6,
     "cli": 7,
     "": 7,  # simfl/__init__.py
 }
