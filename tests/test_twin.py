@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +31,12 @@ from tests.test_termination import check_rows
 
 pytest.importorskip("flwr", reason="the twin needs Flower: pip install 'simfl[flower]'")
 
+from simfl.cli import main
 from simfl.twin import twin
 from simfl.twin.deployment import MARK
 
 APPS = Path(__file__).with_name("twin_apps")
+LINREG = Path(__file__).resolve().parents[1] / "docs" / "examples" / "flower_linreg"
 
 
 def _scenario(**kw: object) -> Scenario:
@@ -60,15 +64,31 @@ def _twin_processes(folder: Path) -> list[int]:
     return pids
 
 
-def test_a_reduced_twin_records_the_rows_of_simfl_run_and_survives_failures(
+def _linreg(**kw: object) -> Scenario:
+    """Three devices training the example Flower app (numpy only) with FedAvg."""
+    from flwr.app import ArrayRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from simfl.flower import FlowerApp, FlowerTask
+
+    sys.path.insert(0, str(LINREG))
+    import linreg_app
+
+    app = FlowerApp(
+        client=linreg_app.app,
+        strategy=FedAvg(),
+        initial=ArrayRecord([np.zeros(linreg_app.DIM)]),
+    )
+    return _scenario(task=FlowerTask(metrics=("eval_mse",)), algorithm=app, **kw)
+
+
+def test_a_reduced_twin_trains_a_flower_app_for_real_and_records_simfl_runs_rows(
     tmp_path: Path,
 ) -> None:
-    sc = _scenario()
+    sc = _linreg()
     res = twin(
         sc,
         scale=0.5,
-        app="sometimes_fails:app",
-        paths=[str(APPS)],
         workdir=tmp_path / "twin",
         faults={1: 1},  # device 1's SuperNode dies once round 1's jobs are sent
         timeout=400,
@@ -85,20 +105,76 @@ def test_a_reduced_twin_records_the_rows_of_simfl_run_and_survives_failures(
     planned = res.clients.set_index(key)["planned_compute"].sort_index()
     drawn = ref.clients.set_index(key)["compute"].sort_index()
     np.testing.assert_array_equal(planned.to_numpy(), drawn.to_numpy())
+    # round 0: every job arrived in both, so the SuperNodes' training (the app's own code,
+    # seeded as simfl.run seeds it) gave the model simfl.run computed, to the last bit
+    assert res.rounds["n_arrived"].iloc[0] == 3
+    assert res.rounds["eval_mse"].iloc[0] == ref.rounds["eval_mse"].iloc[0]
+    assert res.meta["initial_metrics"] == ref.meta["initial_metrics"]
+    # device 1's SuperNode was killed in round 1: that job dropped, the run went on
     status = res.clients.set_index(key)["status"].astype(str)
-    # the app raises on partition 2: both its jobs dropped, with the app's error recorded
-    assert (status.xs(2, level="device") == "dropped").all()
-    errors = res.clients.loc[res.clients["device"] == 2, "error"]
-    assert errors.str.contains("partition 2 ran out of memory").all()
-    # device 1's SuperNode was killed in round 1: that job dropped, round 0's arrived
-    assert status[(0, 1)] == "arrived" and status[(1, 1)] == "dropped"
-    assert status[(0, 0)] == "arrived" and status[(1, 0)] == "arrived"
+    assert status[(1, 1)] == "dropped" and "died" in res.clients.set_index(key).at[(1, 1), "error"]
+    assert (status.drop((1, 1)) == "arrived").all()
+    assert res.rounds["n_arrived"].iloc[1] == 2 and np.isfinite(res.rounds["eval_mse"]).all()
     # the arrived jobs waited out at least their emulated compute (in simulated seconds)
     arrived = res.clients[res.clients["status"].astype(str) == "arrived"]
     assert (arrived["compute"] >= arrived["planned_compute"] - 1e-3).all()
     assert (arrived["dispatch"] > 0).all() and (arrived["t_end"] > arrived["t_start"]).all()
     assert _twin_processes(tmp_path / "twin") == []
     assert (tmp_path / "twin" / "superlink.log").exists()  # the logs stay in the user's folder
+
+
+def test_the_twin_command_records_an_app_that_raises_as_dropped_jobs(tmp_path: Path) -> None:
+    file = tmp_path / "scenario.py"
+    file.write_text(
+        "from simfl import Fleet, Scenario\n"
+        "from simfl.algorithms import TimingOnly\n"
+        "from simfl.dists import Constant\n"
+        "from simfl.policies import WaitAll\n"
+        "SCENARIO = Scenario(task=None, algorithm=TimingOnly(), policy=WaitAll(), rounds=1,\n"
+        "                    fleet=Fleet.homogeneous(3, compute=Constant(1.0)), name='fails')\n"
+    )
+    out = tmp_path / "out"
+    code = main(
+        ["twin", str(file), "--app", "sometimes_fails:app", "--path", str(APPS),
+         "--scale", "0.5", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    res = simfl.Results.load(out)
+    status = res.clients.set_index("device")["status"].astype(str)
+    assert status.to_dict() == {0: "arrived", 1: "arrived", 2: "dropped"}
+    assert "partition 2 ran out of memory" in res.clients.set_index("device").at[2, "error"]
+    assert res.rounds["n_arrived"].tolist() == [2] and res.rounds["n_dropped"].tolist() == [1]
+
+
+def test_a_killed_twin_leaves_no_process_behind(tmp_path: Path) -> None:
+    # the process that runs a twin is killed outright (SIGKILL, no cleanup of its own): the
+    # deployment's processes die with it (parent-death signal), and Flower's children follow
+    work = tmp_path / "twin"
+    script = (
+        "import sys\n"
+        "from simfl import Fleet, Scenario\n"
+        "from simfl.algorithms import TimingOnly\n"
+        "from simfl.dists import Constant\n"
+        "from simfl.policies import WaitAll\n"
+        "from simfl.twin import twin\n"
+        "sc = Scenario(task=None, algorithm=TimingOnly(), policy=WaitAll(), rounds=50,\n"
+        "              fleet=Fleet.homogeneous(2, compute=Constant(5.0)))\n"
+        f"twin(sc, workdir={str(work)!r})\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while len(_twin_processes(work)) < 3:  # the SuperLink and both SuperNodes are up
+            assert proc.poll() is None, "the twin ended before it was killed"
+            assert time.monotonic() < deadline, "the deployment did not start in 120 s"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30
+    while _twin_processes(work) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _twin_processes(work) == []
 
 
 def test_the_twin_refuses_bad_input_before_anything_starts(tmp_path: Path) -> None:

@@ -553,20 +553,54 @@ class FlowerApp(Algorithm[FlowerState]):
     ) -> Updates:
         """The training replies of ``clients`` (job ``i`` seeded by ``keys[i]``) as updates."""
         nodes = state.nodes
+        replies: list[Message] = []
+        context_states: list[RecordDict] = []
+        for c, key in zip(clients.tolist(), keys, strict=True):
+            message = self.train_message(state, c, server_round)
+            context = nodes.context(c, state.node_states.get(c), self.run_config)
+            replies.append(
+                self._call(message, context, self.job_seed(streams, c, key), c, server_round)
+            )
+            context_states.append(context.state)
+        return self.updates_from(state, clients, replies, context_states)
+
+    def train_message(self, state: FlowerState, client: int, server_round: int) -> Message:
+        """The train message the strategy sends ``client`` in ``server_round``.
+
+        What a deployment's server would push to the client's node; :mod:`simfl.twin` sends
+        its content to a real SuperNode.
+        """
+        nodes = state.nodes
         instructions = self._instructions(state, "train", server_round)
+        with identity(nodes.run_id, SERVER_NODE_ID):
+            return self._protocol.message(instructions, "train", nodes.node(client), server_round)
+
+    def job_seed(self, streams: Streams, client: int, key: int) -> int:
+        """The seed of the global generators (torch, numpy, ``random``) around a job.
+
+        ``key`` is the job's round index (for asynchronous runs, its job's key).
+        """
+        return _seed(streams, "flower/fit", client, key)
+
+    def updates_from(
+        self,
+        state: FlowerState,
+        clients: IntArray,
+        replies: Sequence[Message],
+        context_states: Sequence[RecordDict],
+    ) -> Updates:
+        """The updates of ``clients`` from their train replies.
+
+        ``context_states`` are each client's ``Context.state`` after its job, kept for the
+        jobs the aggregation applies.
+        """
+        nodes = state.nodes
         ids: list[int] = []
         rows: list[Arrays] = []
         weights: list[float] = []
         losses: list[float] = []
-        for c, key in zip(clients.tolist(), keys, strict=True):
-            node = nodes.node(c)
-            with identity(nodes.run_id, SERVER_NODE_ID):
-                message = self._protocol.message(instructions, "train", node, server_round)
-            context = nodes.context(c, state.node_states.get(c), self.run_config)
-            reply = self._call(
-                message, context, _seed(streams, "flower/fit", c, key), c, server_round
-            )
-            ids.append(nodes.store(Reply(c, node, reply, context.state)))
+        for c, reply, kept in zip(clients.tolist(), replies, context_states, strict=True):
+            ids.append(nodes.store(Reply(c, nodes.node(c), reply, kept)))
             arrays = self._protocol.reply_arrays(reply)
             rows.append(state.arrays if arrays is None else _matched(arrays, state.arrays, c))
             weights.append(self._protocol.reply_weight(reply))

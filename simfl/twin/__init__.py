@@ -22,18 +22,23 @@ come from measurements (:func:`simfl.fleet.fit_fleet`).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import pickle
 import shutil
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from simfl._checks import check_int, check_real
+from simfl.algorithms.timing import TimingOnly
 from simfl.results import ROUND_COLUMNS, Results
 from simfl.scenario import Scenario
 
@@ -75,14 +80,28 @@ clientapp = "simfl_twin_app.client_app:app"
 
 [tool.flwr.app.config]
 plan = "{plan}"
-"""
+paths = "{paths}"
+{extra}"""
 
 
-def _write_app(folder: Path, plan_path: Path) -> Path:
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def _write_app(
+    folder: Path, plan_path: Path, paths: Sequence[str], run_config: Mapping[str, Any]
+) -> Path:
     app = folder / "app"
     pkg = app / "simfl_twin_app"
     pkg.mkdir(parents=True, exist_ok=True)
-    (app / "pyproject.toml").write_text(_PYPROJECT.format(plan=plan_path.as_posix()))
+    extra = "".join(f"{json.dumps(str(k))} = {_toml(v)}\n" for k, v in run_config.items())
+    (app / "pyproject.toml").write_text(
+        _PYPROJECT.format(plan=plan_path.as_posix(), paths=os.pathsep.join(paths), extra=extra)
+    )
     (pkg / "__init__.py").write_text('"""simfl twin app."""\n')
     (pkg / "server_app.py").write_text("from simfl.twin import serverapp\n\napp = serverapp.app\n")
     # the ClientApp's module is copied whole: a ClientApp process (one per message) then
@@ -205,6 +224,17 @@ def twin(
         check_int(f"twin.faults[{d}] (a round)", at, low=0)
     if port is not None and not (isinstance(port, int) and 1024 <= port <= 65535):
         raise ValueError(f"twin.port must be an int in [1024, 65535] or None, got {port!r}")
+    from simfl.twin.replies import client_reference
+
+    found = client_reference(scenario.algorithm)
+    if found is not None and app is None:
+        app, paths = found[0], [*found[1], *paths]
+    elif found is None and app is None and not isinstance(scenario.algorithm, TimingOnly):
+        raise ValueError(
+            "twin.app must name the Flower app's client as 'module:attribute' (with paths= "
+            "where it imports from): its client_fn or ClientApp was not found in an "
+            "importable module"
+        )
     if app is not None:
         from simfl.twin.clientapp import load_client_app
 
@@ -238,10 +268,13 @@ def twin(
         paths=[str(Path(p).resolve()) for p in paths],
         node_timeout=node_timeout,
         job_timeout=job_timeout,
+        threads=int(getattr(scenario.task, "threads", None) or 1),
     )
     plan_path.write_bytes(cloudpickle.dumps(plan))
-    app_dir = _write_app(folder, plan_path)
+    run_config = dict(getattr(scenario.algorithm, "run_config", None) or {})
+    app_dir = _write_app(folder, plan_path, plan.paths, run_config)
     started = time.perf_counter()
+    restore = _stop_on_sigterm()
     try:
         with Deployment(folder, n, port=port) as dep:
             try:
@@ -287,6 +320,7 @@ def twin(
         if left:
             raise TwinError(f"processes {left} of the deployment could not be stopped")
     finally:
+        restore()
         if temp and not keep:
             shutil.rmtree(folder, ignore_errors=True)
     rounds, clients = _frames(out)
@@ -329,6 +363,27 @@ def twin(
             f"{meta['twin']['max_overrun']:.3g} simulated seconds: raise twin.scale"
         )
     return Results.from_tables(rounds, clients, meta)
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """Turn SIGTERM into an exception while the twin runs, so that it stops its processes.
+
+    (A SIGKILL leaves no time for that: the deployment's processes then die with their
+    parent, see :mod:`simfl.twin.deployment`.) Only in the main thread, where Python handles
+    signals; returns what restores the previous handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise TwinError("the twin was stopped by SIGTERM; its processes were stopped")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _groups(sc: Scenario) -> Any:

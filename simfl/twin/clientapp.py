@@ -75,6 +75,8 @@ def train(msg: Message, context: Context) -> Message:
     failure = t_recv + fail_after
     stop = min(failure, deadline)
     timing: dict[str, Any] = {"t_recv": t_recv, "overrun": 0.0, "status": "arrived"}
+    if job["app"]:  # imported while the model downloads, as a device loads its app
+        load_client_app(str(job["app"]), list(job["paths"]))
 
     def ended(how: str) -> Message:
         timing["status"] = "dropped" if failure <= deadline else how
@@ -87,12 +89,20 @@ def train(msg: Message, context: Context) -> Message:
     timing["t_compute"] = t_compute
     content = None
     if job["app"]:
+        import random
+
+        import numpy as np
         import torch
 
         user = load_client_app(str(job["app"]), list(job["paths"]))
         msg.content = RecordDict({k: v for k, v in msg.content.items() if k != "simfl"})
+        torch.set_num_threads(int(job["threads"]))
+        seed = int(job["seed"])
+        # the global generators seeded as simfl.flower seeds them around a client's job
+        random.seed(seed)
+        np.random.seed(seed % 2**32)  # noqa: NPY002 - the app's global generator
         with torch.random.fork_rng():
-            torch.manual_seed(int(job["seed"]))
+            torch.default_generator.manual_seed(seed)
             try:
                 reply = user(msg, context)
             except Exception as err:  # the app's failure is the job's: recorded, not fatal

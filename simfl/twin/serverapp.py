@@ -10,21 +10,23 @@ differs: instants are wall-clock seconds since the first round began, divided by
 scale, minus the time the server spent evaluating (evaluation is off the clock, as in
 :func:`simfl.run`).
 
-A round's ``time`` is when its new model exists (after the aggregation, as
-:func:`simfl.run` records it with a :class:`simfl.Server`); late and cancelled jobs end when the
-round closed. The rows it writes have the columns of :func:`simfl.run`'s, plus, in ``clients``, what the
-real system added: ``dispatch`` (seconds from the server's send to the ClientApp's start:
-Flower's polling and process start), ``return_`` (from the ClientApp's reply to the server's
-receipt) and ``overrun`` (training that outlasted the emulated compute time).
+A round's ``time`` is when its new model exists (after the aggregation, as :func:`simfl.run`
+records it with a :class:`simfl.Server`); late and cancelled jobs end when the round closed.
+The rows it writes have the columns of :func:`simfl.run`'s, plus, in ``clients``, what the real
+system added: ``dispatch`` (seconds from the server's send to the ClientApp's start: Flower's
+polling and process start), ``return_`` (from the ClientApp's reply to the server's receipt)
+and ``overrun`` (training that outlasted the emulated compute time).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,7 +58,7 @@ class Plan:
     paths: list[str]
     node_timeout: float
     job_timeout: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    threads: int = 1
 
 
 class _Env:
@@ -208,10 +210,9 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
         deadline_wall = (
             wall_round + rp.deadline * plan.scale if rp.deadline is not None else math.inf
         )
-        base = math_.content(state)
         msgs = []
         for j, d in enumerate(devices):
-            content = RecordDict(dict(base.items()))
+            content = RecordDict(dict(math_.content(state, int(d), r).items()))
             content["simfl"] = ConfigRecord(
                 {
                     "download": float(jobs.download[j]) * plan.scale,
@@ -224,6 +225,7 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
                     "paths": plan.paths or [""],
                     "device": int(d),
                     "round": r,
+                    "threads": plan.threads,
                 }
             )
             msgs.append(
@@ -242,7 +244,7 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
         status = np.full(m, -1, dtype=np.int8)
         t_end = np.full(m, math.nan)
         timing: list[dict[str, Any]] = [{} for _ in range(m)]
-        replies: dict[int, RecordDict] = {}
+        replies: dict[int, Message] = {}
         quota = rp.quota if rp.quota is not None else m
         give_up = pushed + float(jobs.duration.max(initial=0.0)) * plan.scale + plan.job_timeout
         pending = set(ids)
@@ -263,7 +265,8 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
                     status[j] = DROPPED
                 elif tm["status"] == "arrived":
                     status[j] = ARRIVED
-                    replies[j] = reply.content
+                    del reply.content["simfl"]
+                    replies[j] = reply
                 elif tm["status"] == "dropped":
                     status[j] = DROPPED
                     t_end[j] = float(tm["t_done"])
@@ -408,6 +411,9 @@ def _play(grid: Grid, plan: Plan) -> dict[str, Any]:
 def main(grid: Grid, context: Context) -> None:
     """Play the plan; write the rows, or the error, where the twin waits for them."""
     path = str(context.run_config["plan"])
+    for folder in str(context.run_config.get("paths", "")).split(os.pathsep):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)  # where the scenario's own modules import from
     with open(path, "rb") as f:
         plan: Plan = pickle.load(f)
     out: dict[str, Any]
