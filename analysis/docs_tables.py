@@ -21,7 +21,8 @@ and ``<!-- NAME:end -->`` (:data:`BLOCKS` says which page):
 * ``catalogue`` (``docs/policies.md``): the straggler-mitigation catalogue, from
   ``analysis/results/policy_catalogue.json`` (``analysis/policy_catalogue.py``);
 * ``twin-fidelity`` (``docs/twin.md``): the fidelity study of the twin, from
-  ``analysis/results/twin_fidelity.json`` (``analysis/twin_fidelity.py``).
+  ``analysis/results/twin_fidelity.json`` (``analysis/twin_fidelity.py``); ``twin-readme``
+  (``README.md``): its one-sentence summary, from the same file.
 
 The policy search's worked examples are rendered into ``docs/policy-search.md`` by
 ``analysis/tune_docs.py`` the same way.
@@ -63,6 +64,14 @@ def results_files(folder: Path = RESULTS) -> list[dict[str, Any]]:
                 raise ValueError(f"{path} holds a {data.get('size')!r} run; the docs need full")
             out.append(data)
     return out
+
+
+def _full(path: Path) -> dict[str, Any]:
+    """A results file written by :func:`_common.write_results`, refused unless full size."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    if data.get("size") != "full":
+        raise ValueError(f"{path} holds a {data.get('size')!r} run; the docs need full")
+    return data
 
 
 def _cell(text: object) -> str:
@@ -287,7 +296,8 @@ def render_all() -> dict[str, str]:
         "byo-examples": byo_table(json.loads(BYO.read_text())),
         "groups-energy": groups_energy.docs_text(json.loads(GROUPS_ENERGY.read_text())),
         "catalogue": policy_catalogue.docs_table(json.loads(CATALOGUE.read_text())),
-        "twin-fidelity": twin_fidelity.docs_text(json.loads(TWIN.read_text())),
+        "twin-fidelity": twin_fidelity.docs_text(_full(TWIN)["numbers"]),
+        "twin-readme": twin_fidelity.readme_text(_full(TWIN)["numbers"]),
     }
 
 
@@ -301,6 +311,7 @@ BLOCKS = {
     "groups-energy": DOCS / "fleets.md",
     "catalogue": DOCS / "policies.md",
     "twin-fidelity": DOCS / "twin.md",
+    "twin-readme": ROOT / "README.md",
 }
 
 

@@ -214,6 +214,8 @@ def test_bad_input_names_the_column():
     refuses(r"'bytes_up' column but no 'bytes_down'", good.assign(bytes_up=1.0))
     refuses(r"'compute' must be finite and >= 0; row 1", good.assign(compute=[1.0, -1, 2]))
     refuses(r"'compute' must be finite", good.assign(compute=[1.0, np.nan, 2]))
+    arrived = good.assign(status="arrived", compute=[1.0, np.nan, 2])
+    refuses(r"'compute' must be finite and >= 0; row 1", arrived)  # NaN only where cut short
     refuses(r"'work' must hold numbers", good.assign(work=["a", "b", "c"]))
     refuses(r"'status' must hold .*row 2 has 'ok'", good.assign(status=["arrived"] * 2 + ["ok"]))
     refuses(r"by='group' needs a 'group' column", good, by="group")
@@ -389,3 +391,24 @@ def test_fleets_page_example_runs():
     fit = namespace["fit"]
     assert fit.report["family"].tolist() == ["LogNormal", "Exponential"]
     assert isinstance(namespace["res"], simfl.Results)
+
+
+def test_cut_short_jobs_may_have_unknown_durations():
+    # the twin's rows: a late job's durations are NaN (the server never learnt them); they are
+    # left out of the duration fits (as every cut-short job is) and of the hazard's seconds
+    jobs = pd.DataFrame(
+        {
+            "device": [0, 0, 0, 1, 1, 1],
+            "status": ["arrived", "late", "dropped", "arrived", "arrived", "dropped"],
+            "compute": [2.0, np.nan, 1.0, 3.0, 5.0, np.nan],
+            "download": [0.5, np.nan, 0.5, 0.5, 0.5, np.nan],
+            "upload": [0.5, np.nan, 0.5, 0.5, 0.5, np.nan],
+        }
+    )
+    with pytest.warns(FitWarning):
+        fit = fit_fleet(jobs, min_jobs=3)
+    # device 0: one failure in the known busy seconds 3 + 2 (the late job's are unknown);
+    # device 1: its dropped job's seconds are unknown, so that job is left out whole (failure
+    # and exposure, as missing data): no failure in 4 + 6 seconds
+    assert fit.links["busy_seconds"].tolist() == [5.0, 10.0]
+    assert fit.links["n_dropped"].tolist() == [1, 0]

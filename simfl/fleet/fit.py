@@ -34,7 +34,10 @@ the ``group`` column), with the columns (``columns=`` renames others to these na
     ``by="device"`` falls back to the group's pooled fit for devices with too few jobs.
 
 A missing required column, a column of the wrong kind or a negative, NaN or infinite duration
-raises a ``ValueError`` naming the column (and the row).
+raises a ``ValueError`` naming the column (and the row); only a job that did not arrive may
+have NaN durations (a real system may not see how far a cut-short job got: the twin's rows
+leave them NaN), and such a job is then left out of the dropout hazard, failure and busy
+seconds both (missing data).
 
 Compute: families, criterion, goodness of fit
 ---------------------------------------------
@@ -408,13 +411,17 @@ def fit_dist(
 
 
 # ----------------------------------------------------------------- the log
-def _numeric(frame: pd.DataFrame, name: str) -> FloatArray:
-    """Column ``name`` as floats, all finite and >= 0."""
+def _numeric(
+    frame: pd.DataFrame, name: str, unknown: NDArray[np.bool_] | None = None
+) -> FloatArray:
+    """Column ``name`` as floats, all finite and >= 0 (NaN allowed in the rows ``unknown``)."""
     col = frame[name]
     if not (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)):
         raise ValueError(f"fit_fleet jobs column {name!r} must hold numbers, got dtype {col.dtype}")
     values = col.to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values) | (values < 0)
+    if unknown is not None:
+        bad &= ~(unknown & np.isnan(values))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
@@ -639,14 +646,6 @@ def fit_fleet(
             f"fit_fleet by={by!r} needs a {by!r} column in the jobs (one value per device); "
             f"columns are {list(frame.columns)}"
         )
-    compute = _numeric(frame, "compute")
-    work = _numeric(frame, "work") if "work" in frame.columns else np.ones(len(frame))
-    has_links = "download" in frame.columns
-    has_bytes = "bytes_down" in frame.columns
-    t_down = _numeric(frame, "download") if has_links else np.zeros(len(frame))
-    t_up = _numeric(frame, "upload") if has_links else np.zeros(len(frame))
-    b_down = _numeric(frame, "bytes_down") if has_bytes else None
-    b_up = _numeric(frame, "bytes_up") if has_bytes else None
     if "status" in frame.columns:
         status = frame["status"].astype(object).to_numpy()
         known = np.isin(status, np.array(STATUSES, dtype=object))
@@ -661,6 +660,15 @@ def fit_fleet(
     else:
         arrived = np.ones(len(frame), dtype=bool)
         dropped = np.zeros(len(frame), dtype=bool)
+    cut = ~arrived  # how long a cut-short job ran may be unknown (NaN)
+    compute = _numeric(frame, "compute", cut)
+    work = _numeric(frame, "work") if "work" in frame.columns else np.ones(len(frame))
+    has_links = "download" in frame.columns
+    has_bytes = "bytes_down" in frame.columns
+    t_down = _numeric(frame, "download", cut) if has_links else np.zeros(len(frame))
+    t_up = _numeric(frame, "upload", cut) if has_links else np.zeros(len(frame))
+    b_down = _numeric(frame, "bytes_down", cut) if has_bytes else None
+    b_up = _numeric(frame, "bytes_up", cut) if has_bytes else None
     devices, row_device = _devices(frame)
     n_dev = len(devices)
     groups = _labels(frame, "group", row_device, devices) if "group" in frame.columns else None
@@ -850,7 +858,10 @@ def _links(
             None if b_up is None else b_up[mask],
         )
 
+    known = np.isfinite(busy)
+
     def hazard(mask: NDArray[np.bool_]) -> tuple[int, float, float]:
+        mask = mask & known
         n_drop, seconds = int(dropped[mask].sum()), float(busy[mask].sum())
         return n_drop, seconds, (n_drop / seconds if seconds > 0.0 else 0.0)
 

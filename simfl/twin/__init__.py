@@ -41,12 +41,9 @@ from simfl._checks import check_int, check_real
 from simfl.algorithms.timing import TimingOnly
 from simfl.results import ROUND_COLUMNS, Results
 from simfl.scenario import Scenario
+from simfl.twin.deployment import TwinError
 
 __all__ = ["TwinError", "twin"]
-
-
-class TwinError(RuntimeError):
-    """A twin that could not run: what failed, with the log that says why."""
 
 
 def _require_flwr() -> None:
@@ -245,7 +242,6 @@ def twin(
     import cloudpickle
 
     from simfl.twin.deployment import Deployment
-    from simfl.twin.deployment import TwinError as _DeployError
     from simfl.twin.serverapp import Plan
 
     temp = workdir is None
@@ -277,10 +273,7 @@ def twin(
     restore = _stop_on_sigterm()
     try:
         with Deployment(folder, n, port=port) as dep:
-            try:
-                run_id = dep.submit(app_dir)
-            except _DeployError as err:
-                raise TwinError(str(err)) from None
+            run_id = dep.submit(app_dir)
             progress = folder / "progress"
             progress.unlink(missing_ok=True)
             deadline = time.monotonic() + timeout

@@ -3,7 +3,9 @@
 Each train message carries, in a ``ConfigRecord`` named ``"simfl"``, the wall-clock seconds the
 device's job takes in the scenario (its download, compute and upload, already multiplied by the
 twin's time scale), when it fails (if it does), the wall-clock deadline of the round (if any)
-and the seed of its training. The job then:
+and the seed of its training. The user's ClientApp is imported first (a device has its app
+loaded before the model arrives; in Flower's process per message, that import is part of the
+process start, which the server sees as the message's dispatch). The job then:
 
 1. waits out its download,
 2. runs the user's ClientApp for real (the ``train`` function of a Message-API ``ClientApp``,
@@ -67,16 +69,18 @@ def _reply(msg: Message, content: RecordDict | None, timing: dict[str, Any]) -> 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Play one job of the device on this SuperNode."""
-    t_recv = time.time()
     job: dict[str, Any] = dict(msg.content["simfl"])
+    if job["app"]:
+        # a device has its app loaded before the model arrives: loading it in this fresh
+        # process is Flower's process start, on the clock before the job (``dispatch``)
+        load_client_app(str(job["app"]), list(job["paths"]))
+    t_recv = time.time()
     download, compute, upload = float(job["download"]), float(job["compute"]), float(job["upload"])
     fail_after = float(job["fail_after"])  # busy seconds until the device fails (inf: never)
     deadline = float(job["deadline"])  # wall clock (inf: none)
     failure = t_recv + fail_after
     stop = min(failure, deadline)
     timing: dict[str, Any] = {"t_recv": t_recv, "overrun": 0.0, "status": "arrived"}
-    if job["app"]:  # imported while the model downloads, as a device loads its app
-        load_client_app(str(job["app"]), list(job["paths"]))
 
     def ended(how: str) -> Message:
         timing["status"] = "dropped" if failure <= deadline else how
@@ -89,20 +93,26 @@ def train(msg: Message, context: Context) -> Message:
     timing["t_compute"] = t_compute
     content = None
     if job["app"]:
+        import contextlib
         import random
 
         import numpy as np
-        import torch
 
         user = load_client_app(str(job["app"]), list(job["paths"]))
         msg.content = RecordDict({k: v for k, v in msg.content.items() if k != "simfl"})
-        torch.set_num_threads(int(job["threads"]))
         seed = int(job["seed"])
-        # the global generators seeded as simfl.flower seeds them around a client's job
+        # the global generators seeded as simfl.flower seeds them around a client's job; torch
+        # only when the app imported it (importing it here would bill its import to the job)
         random.seed(seed)
         np.random.seed(seed % 2**32)  # noqa: NPY002 - the app's global generator
-        with torch.random.fork_rng():
-            torch.default_generator.manual_seed(seed)
+        torch = sys.modules.get("torch")
+        rng: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if torch is not None:
+            torch.set_num_threads(int(job["threads"]))
+            rng = torch.random.fork_rng()
+        with rng:
+            if torch is not None:
+                torch.default_generator.manual_seed(seed)
             try:
                 reply = user(msg, context)
             except Exception as err:  # the app's failure is the job's: recorded, not fatal
