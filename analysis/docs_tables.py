@@ -21,8 +21,7 @@ and ``<!-- NAME:end -->`` (:data:`BLOCKS` says which page):
 * ``catalogue`` (``docs/policies.md``): the straggler-mitigation catalogue, from
   ``analysis/results/policy_catalogue.json`` (``analysis/policy_catalogue.py``);
 * ``twin-fidelity`` (``docs/twin.md``): the fidelity study of the twin, from
-  ``analysis/results/twin_fidelity.json`` (``analysis/twin_fidelity.py``); ``twin-readme``
-  (``README.md``): its one-sentence summary, from the same file.
+  ``analysis/results/twin_fidelity.json`` (``analysis/twin_fidelity.py``).
 
 The policy search's worked examples are rendered into ``docs/policy-search.md`` by
 ``analysis/tune_docs.py`` the same way.
@@ -297,7 +296,6 @@ def render_all() -> dict[str, str]:
         "groups-energy": groups_energy.docs_text(json.loads(GROUPS_ENERGY.read_text())),
         "catalogue": policy_catalogue.docs_table(json.loads(CATALOGUE.read_text())),
         "twin-fidelity": twin_fidelity.docs_text(_full(TWIN)["numbers"]),
-        "twin-readme": twin_fidelity.readme_text(_full(TWIN)["numbers"]),
     }
 
 
@@ -311,7 +309,6 @@ BLOCKS = {
     "groups-energy": DOCS / "fleets.md",
     "catalogue": DOCS / "policies.md",
     "twin-fidelity": DOCS / "twin.md",
-    "twin-readme": ROOT / "README.md",
 }
 
 

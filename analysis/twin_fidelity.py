@@ -550,20 +550,6 @@ def checks_text(r: dict[str, Any]) -> tuple[str, str]:
     return checks, measured
 
 
-def readme_text(r: dict[str, Any]) -> str:
-    """The README's sentence on the study, from its results file."""
-    free, cal = r["held_out"]["free"], r["held_out"]["calibrated"]
-    rk = r["rankings"]["calibrated"]
-    return (
-        f"* **A real system**: the same scenarios played on Flower {r['config']['flwr']}'s "
-        f"Deployment Engine (a SuperLink and a SuperNode per device on this machine, a Flower app "
-        f"training on both sides): median round-duration error "
-        f"{_pct(free['round_median'])} as written, {_pct(cal['round_median'])} with a "
-        f"calibrated server cost model, the policies' order kept in {rk['preserved']} of "
-        f"{rk['pairs']} pairs: [The twin](docs/twin.md)."
-    )
-
-
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None)
