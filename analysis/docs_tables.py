@@ -19,7 +19,9 @@ and ``<!-- NAME:end -->`` (:data:`BLOCKS` says which page):
 * ``groups-energy`` (``docs/fleets.md``): the paragraph on ``groups_energy.png``, from
   ``analysis/results/groups_energy.json`` (``analysis/groups_energy.py``);
 * ``catalogue`` (``docs/policies.md``): the straggler-mitigation catalogue, from
-  ``analysis/results/policy_catalogue.json`` (``analysis/policy_catalogue.py``).
+  ``analysis/results/policy_catalogue.json`` (``analysis/policy_catalogue.py``);
+* ``twin-fidelity`` (``docs/twin.md``): the fidelity study of the twin, from
+  ``analysis/results/twin_fidelity.json`` (``analysis/twin_fidelity.py``).
 
 The policy search's worked examples are rendered into ``docs/policy-search.md`` by
 ``analysis/tune_docs.py`` the same way.
@@ -44,6 +46,7 @@ SUITE = HERE / "perf" / "results" / "suite.json"
 BYO = RESULTS / "byo_examples.json"
 GROUPS_ENERGY = RESULTS / "groups_energy.json"
 CATALOGUE = RESULTS / "policy_catalogue.json"
+TWIN = RESULTS / "twin_fidelity.json"
 DOCS = ROOT / "docs"
 
 PAPERS = ("FedRep", "LG-FedAvg", "SRPFL", "FedDAR", "FedMAvg", "theory")
@@ -60,6 +63,14 @@ def results_files(folder: Path = RESULTS) -> list[dict[str, Any]]:
                 raise ValueError(f"{path} holds a {data.get('size')!r} run; the docs need full")
             out.append(data)
     return out
+
+
+def _full(path: Path) -> dict[str, Any]:
+    """A results file written by :func:`_common.write_results`, refused unless full size."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    if data.get("size") != "full":
+        raise ValueError(f"{path} holds a {data.get('size')!r} run; the docs need full")
+    return data
 
 
 def _cell(text: object) -> str:
@@ -273,6 +284,7 @@ def render_all() -> dict[str, str]:
     """The text of every block, by marker name."""
     import groups_energy
     import policy_catalogue
+    import twin_fidelity
 
     files = results_files()
     return {
@@ -283,6 +295,7 @@ def render_all() -> dict[str, str]:
         "byo-examples": byo_table(json.loads(BYO.read_text())),
         "groups-energy": groups_energy.docs_text(json.loads(GROUPS_ENERGY.read_text())),
         "catalogue": policy_catalogue.docs_table(json.loads(CATALOGUE.read_text())),
+        "twin-fidelity": twin_fidelity.docs_text(_full(TWIN)["numbers"]),
     }
 
 
@@ -295,6 +308,7 @@ BLOCKS = {
     "byo-examples": DOCS / "algorithms.md",
     "groups-energy": DOCS / "fleets.md",
     "catalogue": DOCS / "policies.md",
+    "twin-fidelity": DOCS / "twin.md",
 }
 
 

@@ -6,9 +6,10 @@ both accuracy and simulated wall-clock time.
 
 The pieces of a :class:`Scenario` are :mod:`simfl.fleet` (devices, when they are online, traces),
 :mod:`simfl.network` (payloads, topologies, shared links), :mod:`simfl.policies`,
-:mod:`simfl.algorithms` (and :mod:`simfl.neural`) and :mod:`simfl.tasks`; :func:`run` is the
-engine. :mod:`simfl.sweeps` runs grids of scenarios into a store (:func:`sweep`), and
-:mod:`simfl.compare`, :mod:`simfl.plots` and :mod:`simfl.report` read the results.
+:mod:`simfl.algorithms` (and :mod:`simfl.neural`), :mod:`simfl.tasks` and, optionally, the
+server's own costs (:class:`Server`); :func:`run` is the engine. :mod:`simfl.sweeps` runs grids
+of scenarios into a store (:func:`sweep`), and :mod:`simfl.compare`, :mod:`simfl.plots` and
+:mod:`simfl.report` read the results.
 
 >>> import simfl
 >>> from simfl import Scenario, Fleet, dists, policies, algorithms, tasks
@@ -32,6 +33,7 @@ from simfl.network import Payload
 from simfl.results import Results
 from simfl.rng import Streams
 from simfl.scenario import Scenario, Target
+from simfl.server import Server
 from simfl.sweeps import Store, sweep
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ __all__ = [
     "Profile",
     "Results",
     "Scenario",
+    "Server",
     "Store",
     "Streams",
     "Target",

@@ -21,6 +21,7 @@ from simfl.algorithms.base import Algorithm
 from simfl.fleet import Fleet
 from simfl.network import Network
 from simfl.policies.base import Policy
+from simfl.server import Server
 from simfl.tasks.base import Task
 
 __all__ = ["Scenario", "Target"]
@@ -110,6 +111,10 @@ class Scenario:
     network
         How devices reach the server (:class:`~simfl.network.Network`: shared links, edge
         servers); ``None``: every device has a private link given by the fleet's columns.
+    server
+        The server's own costs (:class:`~simfl.server.Server`: aggregation compute, handling
+        of each message, how many messages at once); ``None`` (or ``Server()``, every cost
+        zero): the server takes no time.
     """
 
     task: Task | None
@@ -123,6 +128,7 @@ class Scenario:
     seed: int = 0
     name: str = "scenario"
     network: Network | None = None
+    server: Server | None = None
 
     def __post_init__(self) -> None:
         if self.task is not None and not isinstance(self.task, Task):
@@ -167,6 +173,8 @@ class Scenario:
                     f"Scenario.network must be a simfl Network or None, got {self.network!r}"
                 )
             self.network.check(self.fleet.size)
+        if self.server is not None and not isinstance(self.server, Server):
+            raise ValueError(f"Scenario.server must be a simfl.Server or None, got {self.server!r}")
         self.policy.check(self.fleet.size)
         self.algorithm.check(self.task)
         self.policy.check_algorithm(self.algorithm)

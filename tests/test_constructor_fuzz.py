@@ -11,10 +11,11 @@ and each construction runs under a timer, so a hang fails instead of blocking th
 The constructors are discovered: every exported distribution, task, policy and algorithm, and
 with torch every exported dataclass of ``simfl.neural`` (algorithms, data sources, partitions,
 models, the image task), plus the fleets and their factories, profiles, availabilities and their
-generators, networks, targets and scenarios. Their fields come from ``dataclasses.fields`` (or
-the signature of a hand-written ``__init__`` or factory), so a new field or class is fuzzed
-without touching this file: a new class whose fields have no defaults needs an entry in
-``REQUIRED``, and a field whose annotation these rules cannot check one in ``EXEMPT``.
+generators, networks, servers, targets and scenarios. Their fields come from
+``dataclasses.fields`` (or the signature of a hand-written ``__init__`` or factory), so a new
+field or class is fuzzed without touching this file: a new class whose fields have no defaults
+needs an entry in ``REQUIRED``, and a field whose annotation these rules cannot check one in
+``EXEMPT``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.typing import ArrayLike
 
-from simfl import Fleet, Profile, Scenario, Target, algorithms, dists, policies, tasks
+from simfl import Fleet, Profile, Scenario, Server, Target, algorithms, dists, policies, tasks
 from simfl._checks import INT64_MAX
 from simfl.algorithms.base import Algorithm
 from simfl.fleet import Availability
@@ -165,6 +166,7 @@ def _constructors() -> dict[str, Callable[..., Any]]:
         Availability.churn,
         Network.star,
         Network.hierarchical,
+        Server,
         *_exported(tasks, tasks.Task),
         *_exported(policies, Policy),
         policies.Plateau,

@@ -22,6 +22,7 @@ def test_docs_blocks_match_the_results_files():
         "algorithms.md",
         "fleets.md",
         "policies.md",
+        "twin.md",
     }
     for path, text in pages.items():
         assert path.read_text() == text, (

@@ -161,3 +161,17 @@ def test_huge_but_finite_scales_construct_and_draw_finite_times():
     assert np.isfinite(d).all() and (d <= dists.MAX_DRAW).all()
     # a zero largest draw takes any finite scale
     assert Fleet.homogeneous(2, dists.Constant(0.0), scale=1e308).size == 2
+
+
+def test_compute_draws_of_a_fleet_with_a_distribution_per_device():
+    # more distributions than jobs: only those of the jobs are visited, with the same draws
+    means = np.linspace(1.0, 3.0, 30)
+    fleet = Fleet([dists.Exponential(float(m)) for m in means], np.arange(30), scale=2.0)
+    streams = Streams(4)
+    for devices in (np.array([29, 3, 3, 17, 0]), np.arange(30)):
+        got = fleet.compute_draws(devices, round=7, stage=0, streams=streams)
+        u = streams.uniform("compute/round", devices, 7)
+        want = np.array([fleet.dists[d].ppf(x) for d, x in zip(devices, u, strict=True)]) * 2.0
+        np.testing.assert_array_equal(got, want)
+    one = fleet.compute_draws(5, round=7, stage=0, streams=streams)
+    assert one == fleet.dists[5].ppf(streams.uniform("compute/round", 5, 7)) * 2.0

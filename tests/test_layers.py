@@ -5,12 +5,12 @@ written: at the top, inside a function (a lazy import) or under ``if TYPE_CHECKI
 type-only import). The layers, low to high (a module may import its own layer and lower ones):
 
     0 low        _checks, rng, dists, outcome
-    1 world      fleet, network, tasks
-    2 math       algorithms, neural
+    1 world      fleet, network, server, tasks
+    2 math       algorithms, neural, flower
     3 policies   policies
     4 run model  scenario, results
     5 engine     engine
-    6 analysis   compare, plots, sweeps, report, tuning
+    6 analysis   compare, plots, sweeps, report, tuning, twin
     7 interface  cli, and the package's own ``simfl/__init__.py``
 """
 
@@ -35,9 +35,11 @@ LAYERS = {
     "outcome": 0,
     "fleet": 1,
     "network": 1,
+    "server": 1,
     "tasks": 1,
     "algorithms": 2,
     "neural": 2,
+    "flower": 2,
     "policies": 3,
     "scenario": 4,
     "results": 4,
@@ -47,6 +49,7 @@ LAYERS = {
     "sweeps": 6,
     "tuning": 6,
     "report": 6,
+    "twin": 6,
     "cli": 7,
     "": 7,  # simfl/__init__.py
 }

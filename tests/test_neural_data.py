@@ -41,6 +41,7 @@ def test_import_simfl_and_a_numpy_scenario_do_not_import_torch():
         import sys
         import simfl
         assert "torch" not in sys.modules, "import simfl imported torch"
+        assert "flwr" not in sys.modules, "import simfl imported Flower (simfl.flower's extra)"
         from simfl import Fleet, Scenario, algorithms, dists, policies, tasks
         sc = Scenario(task=tasks.LinearRepresentation(), algorithm=algorithms.FedRep(),
                       fleet=Fleet.homogeneous(10, compute=dists.Exponential(mean=1.0)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from simfl.cli.commands import report, run, store, sweep, tune
+from simfl.cli.commands import report, run, store, sweep, tune, twin
 from simfl.cli.errors import ENVIRONMENT_ERRNOS, UsageError, fail
 from simfl.sweeps.scheduler import SchedulerError
 
@@ -21,13 +21,14 @@ Each command's own --help says more; the manual is docs/cli.md."""
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``simfl`` command (run, sweep, tune, report, show, store)."""
+    """The argument parser of the ``simfl`` command and its subcommands."""
     raw = argparse.RawDescriptionHelpFormatter
     top = argparse.ArgumentParser(
         prog="simfl", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=raw
     )
     sub = top.add_subparsers(dest="command", required=True)
-    for name, module in (("run", run), ("sweep", sweep), ("tune", tune), ("report", report)):
+    commands = (("run", run), ("sweep", sweep), ("tune", tune), ("report", report), ("twin", twin))
+    for name, module in commands:
         module.arguments(
             sub.add_parser(
                 name, help=module.HELP, description=module.DESCRIPTION, formatter_class=raw

@@ -69,7 +69,9 @@ def run(
     ``interrupted``; :attr:`Results.ok <simfl.results.Results.ok>` is true only for ``ok``.
     ``meta["warnings"]`` lists what an ``ok`` run found worth a word: a stall although updates
     arrived (see :mod:`simfl.engine.stops`), more than half of its rounds empty
-    (``meta["empty_rounds"]`` of ``meta["n_rounds"]``).
+    (``meta["empty_rounds"]`` of ``meta["n_rounds"]``). A scenario whose
+    :class:`~simfl.server.Server` has costs adds ``meta["server"]``: what the server did
+    (:meth:`ServerClock.summary <simfl.engine.server.ServerClock.summary>`).
 
     Parameters
     ----------
@@ -156,6 +158,8 @@ def run(
         "groups": encode_groups(*scenario.fleet.device_groups()),
         "warnings": list(ctx.warnings),
     }
+    if ctx.server is not None:  # what the server's own costs took (a Server with costs)
+        meta["server"] = ctx.server.summary()
     describe = getattr(ctx.data, "describe", None)
     if callable(describe):  # what the task's data say about the run (a neural model's trainer)
         meta["training"] = describe()

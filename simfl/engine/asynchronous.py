@@ -19,6 +19,12 @@ every applied update. Updates in the buffer or in flight when the run ends are r
 ``stalled`` after :data:`STALL_JOBS` jobs in a row end without an update arriving, and as
 ``offline`` when no job is in flight and no device will ever come online.
 
+With server costs (:mod:`simfl.engine.server`) a job's update joins the buffer once the server
+has handled it, and an aggregation takes the server's time before it is applied and recorded:
+its ``time`` is when the new version exists. Meanwhile the server starts no job; the jobs that
+end meanwhile (their updates received, handled in the order they ended) are taken up when it is
+done, and the jobs started then start from the new version.
+
 The policy observes every aggregation, empty ones included, once it is recorded: the jobs
 dropped since the previous one, then the buffered ones (``arrived`` or ``late``). Jobs with no
 aggregation after them (the drops of a stalled run; whatever ends or waits when the run stops)
@@ -59,6 +65,7 @@ class _Job:
     status: int = CANCELLED
     t_end: float = float("nan")
     staleness: float = float("nan")
+    dropped: bool = False  # its device failed (known from its end, before the loop takes it up)
 
 
 class AsyncLoop:
@@ -105,9 +112,11 @@ class AsyncLoop:
             self.snapshots[self.version][1] += 1
 
             def arrive(_: int, job: _Job = job) -> None:
+                job.t_end = self.env.now
                 self.inbox.put(("arrive", job))
 
             def drop(_: int, job: _Job = job) -> None:
+                job.t_end, job.dropped = self.env.now, True
                 self.inbox.put(("drop", job))
 
             job.proc = run.jobs.start(plan, arrive, drop)[0]
@@ -171,6 +180,13 @@ class AsyncLoop:
             staleness=np.array([j.staleness for j in jobs], dtype=np.float64),
         )
 
+    def n_applicable(self) -> int:
+        """The number of buffered updates not staler than ``max_staleness`` (to be applied)."""
+        limit = self.policy.max_staleness
+        if limit is None:
+            return len(self.buffer)
+        return sum(self.version - j.version <= limit for j in self.buffer)
+
     def aggregate(self) -> None:
         """Mix the buffered updates into the model, record the aggregation, observe it."""
         run, policy, alg = self.run, self.policy, self.run.algorithm
@@ -229,9 +245,18 @@ class AsyncLoop:
         return bool(self.in_flight_jobs or self.buffer or self.ended)
 
     def abandon(self) -> None:
-        """At the end of the run: jobs in flight and buffered updates are cancelled."""
+        """At the end of the run: jobs in flight and buffered updates are cancelled.
+
+        Jobs that ended before the end of the run while the server aggregated (server costs),
+        not yet taken up, keep their end: an update received is cancelled, a device that
+        failed is dropped.
+        """
+        now = self.env.now
         for job in self.in_flight_jobs.values():
-            job.t_end = self.env.now
+            if math.isnan(job.t_end):  # still running
+                job.t_end = now
+            elif job.dropped and job.t_end < now:
+                job.status = DROPPED
             if job.proc is not None and job.proc.is_alive:
                 job.proc.interrupt("end of run")
         for job in self.buffer:
@@ -253,7 +278,6 @@ class AsyncLoop:
                 continue
             del self.in_flight_jobs[id(job)]
             self.busy[job.device] = False
-            job.t_end = self.env.now
             if kind == "drop":
                 job.status = DROPPED
                 self.ended.append(job)
@@ -268,6 +292,8 @@ class AsyncLoop:
                 self.drops_in_row = 0
                 self.buffer.append(job)
                 if len(self.buffer) >= self.policy.buffer():
+                    if run.server is not None:  # the new version exists once it is done
+                        yield from run.server.aggregate(self.n_applicable())
                     self.aggregate()
             if run.stop_reason is None:
                 self.launch()

@@ -25,6 +25,7 @@ from simfl.engine.jobs import JobPlan, plan_jobs
 from simfl.engine.players import Jobs, build_jobs
 from simfl.engine.progress import Progress, ShowsProgress, progress_bar
 from simfl.engine.records import JobRecords
+from simfl.engine.server import ServerClock
 from simfl.engine.stops import StopRules
 from simfl.engine.updates import Computation
 from simfl.engine.view import PolicyView
@@ -92,8 +93,11 @@ class RunContext(StopRules, ShowsProgress, JobRecords, Computation):
         self.cursor = None if fleet.availability is None else AvailabilityCursor(fleet.availability)
         self._everyone = np.arange(fleet.size, dtype=np.int64)  # built once, not every round
         self._everyone.setflags(write=False)
+        #: The server's own costs on the clock (``None``: the server takes no time); the job
+        #: processes and the loops ask it for its time (:mod:`simfl.engine.server`).
+        self.server = ServerClock.of(self.env, scenario.server)
         #: How one job unfolds: its shared network and live job processes, where it has them.
-        self.jobs: Jobs = build_jobs(self.env, scenario, self.cursor, reference_links)
+        self.jobs: Jobs = build_jobs(self.env, scenario, self.cursor, reference_links, self.server)
         self.view = PolicyView(self)
         self.data: Any = None if task is None else task.build(scenario.fleet.size, self.streams)
         self.state: Any = self.algorithm.initial_state(self.data, self.streams)

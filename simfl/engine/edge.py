@@ -6,6 +6,11 @@ that has a selected device, each edge serves its devices over their access links
 they have all arrived or dropped or at the edge deadline, and forwards ONE aggregate to the
 cloud, which aggregates when every edge has reported or at its deadline. See
 :mod:`simfl.policies.hierarchical` for the model and its citation.
+
+With server costs (:mod:`simfl.engine.server`) they are the cloud's: it handles the model it
+sends to each edge server before that transfer and each edge's aggregate once received (the
+edge's report counts then), and aggregates one update per edge server that reported; the edge
+servers' own work takes no time.
 """
 
 from __future__ import annotations
@@ -72,7 +77,10 @@ class EdgeRound:
         env, run, pol = self.env, self.run, self.decision
         procs: list[simpy.Process] = []
         status = np.full(devices.size, RUNNING, dtype=np.int8)
+        server = run.server  # the cloud's own costs (none: None)
         try:
+            if server is not None:
+                yield from server.send(float(self.payload.down))
             yield from self._edge_flow(int(devices[0]), "down", float(self.payload.down))
             plan = run.plan(devices, key=self.round, stage=0)
             t_end = np.full(devices.size, math.nan)
@@ -99,7 +107,10 @@ class EdgeRound:
             status[running], t_end[running] = LATE, env.now
             self._stop(procs)
             if (status == ARRIVED).any():
-                yield from self._edge_flow(int(devices[0]), "up", float(self.payload.up) + 8.0)
+                size = float(self.payload.up) + 8.0
+                yield from self._edge_flow(int(devices[0]), "up", size)
+                if server is not None:
+                    yield from server.receive(size)
                 self.reported.add(name)
         except simpy.Interrupt:  # the cloud closed (deadline) or the run ended
             self._stop(procs)
@@ -131,6 +142,8 @@ class EdgeRound:
                 p.interrupt("cloud closed")  # its edge missed the cloud's deadline
                 self.reported.discard(e)
         self.procs = []
+        if self.run.server is not None:  # one update per edge server that reported
+            yield from self.run.server.aggregate(len(self.reported))
         outcome = self._record(final=True)
         assert outcome is not None
         return outcome

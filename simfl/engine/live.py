@@ -2,7 +2,8 @@
 
 Devices with on/off availability and/or a shared network: a transfer's duration depends on the
 other flows on its links (:mod:`simfl.engine.flows`), and a device going offline aborts the job
-or pauses it (its failure clock pauses too).
+or pauses it (its failure clock pauses too). With server costs (:mod:`simfl.engine.server`) the
+server's handling of the model it sends and of the update it receives frames the job's stages.
 
 :class:`DeviceRuntime` keeps the job's record in its :class:`~simfl.engine.jobs.JobPlan` (stages
 completed, busy seconds per stage, bytes moved); jobs report ``on_arrive(j)`` or
@@ -22,6 +23,7 @@ from numpy.typing import NDArray
 
 from simfl.engine.flows import Flow, Links
 from simfl.engine.jobs import JobPlan
+from simfl.engine.server import ServerClock
 from simfl.fleet import AvailabilityCursor
 
 __all__ = ["DeviceRuntime"]
@@ -44,6 +46,9 @@ class DeviceRuntime:
         The shared network (``None``: private links, durations as planned).
     path_latency
         Latency of every device's path (used with a network).
+    server
+        The server's costs (``None``: the server takes no time): it handles each job's
+        outgoing message before the download and its update after the upload.
     """
 
     def __init__(
@@ -53,8 +58,10 @@ class DeviceRuntime:
         offline: str,
         network: Links | None,
         path_latency: NDArray[np.float64] | None,
+        server: ServerClock | None = None,
     ) -> None:
         self.env = env
+        self.server = server
         self.cursor = cursor
         self.offline = offline
         self.network = network
@@ -166,10 +173,20 @@ class DeviceRuntime:
     def process(
         self, plan: JobPlan, j: int, on_arrive: Callback, on_drop: Callback, local: bool = False
     ) -> Generator[Any, Any, None]:
-        """The ``j``-th job of ``plan``: download, compute, upload (``local``: to its edge)."""
+        """The ``j``-th job of ``plan``: download, compute, upload (``local``: to its edge).
+
+        With server costs (not to an edge server) the server first handles the message it
+        sends (the device waits, not busy), and the update arrives once the server has handled
+        it after the upload.
+        """
         # busy seconds used so far, and the busy seconds after which the device fails
         clock = [0.0, float(plan.fail_after[j])]
+        server = None if local else self.server
         try:
+            if server is not None:
+                plan.active_since[j] = math.nan  # waiting for the model: not busy
+                yield from server.send(float(plan.size_down[j]))
+                plan.active_since[j] = self.env.now
             for s in range(3):
                 if s != 1 and self.network is not None:
                     ok = yield from self._transfer(plan, j, s, clock, local)
@@ -182,6 +199,8 @@ class DeviceRuntime:
                     return
                 plan.progress[j] += 1
                 plan.active_since[j] = self.env.now
+            if server is not None:
+                yield from server.receive(float(plan.size_up[j]))
         except simpy.Interrupt:
             self.finalize(plan, (j,))
             return

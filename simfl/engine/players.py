@@ -9,7 +9,9 @@
 :class:`LiveJobs`
     Devices with on/off availability and/or a shared network: a transfer's duration depends
     on the other flows on its links (:mod:`simfl.engine.flows`), and a device going offline
-    aborts or pauses its job. The job's record is kept as it runs (:mod:`simfl.engine.live`).
+    aborts or pauses its job; and any run with server costs (:mod:`simfl.engine.server`): the
+    server's handling of the job's messages comes between its stages. The job's record is
+    kept as it runs (:mod:`simfl.engine.live`).
 
 Both start job processes that report ``on_arrive(j)`` or ``on_drop(j)`` and stop quietly when
 interrupted, and both work out what each job spent and moved for the records (``split``).
@@ -27,6 +29,7 @@ from numpy.typing import NDArray
 from simfl.engine.flows import FlowNetwork, Links, ReferenceFlowNetwork
 from simfl.engine.jobs import JobPlan, bytes_moved, planned_split, resolution, time_split
 from simfl.engine.live import DeviceRuntime
+from simfl.engine.server import ServerClock
 from simfl.fleet import AvailabilityCursor, Fleet
 from simfl.outcome import ARRIVED
 from simfl.scenario import Scenario
@@ -147,14 +150,16 @@ def build_jobs(
     scenario: Scenario,
     cursor: AvailabilityCursor | None,
     reference_links: bool,
+    server: ServerClock | None = None,
 ) -> Jobs:
     """How the run's jobs unfold: from their plans, or live (availability, shared links).
 
     Builds the run's shared network (the reference algorithm with ``reference_links``) and
-    its live job processes where it has them.
+    its live job processes where it has them. A run with server costs (``server``) plays its
+    jobs live too: the server's handling of each job's messages stands between its stages.
     """
     fleet = scenario.fleet
-    if scenario.network is None and cursor is None:
+    if scenario.network is None and cursor is None and server is None:
         return PlannedJobs(env, fleet)
     links: Any = None
     path_latency = None
@@ -164,7 +169,7 @@ def build_jobs(
         network = (ReferenceFlowNetwork if reference_links else FlowNetwork)(env, topology)
         links = topology.device_links()
         path_latency = topology.path_latency
-    devices = DeviceRuntime(env, cursor, fleet.offline, network, path_latency)
+    devices = DeviceRuntime(env, cursor, fleet.offline, network, path_latency, server)
     return LiveJobs(env, fleet, links, devices, network)
 
 

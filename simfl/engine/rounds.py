@@ -69,6 +69,11 @@ class RoundState:
         self.done = env.event()
         self.procs: list[simpy.Process] = []
 
+    @property
+    def n_accepted(self) -> int:
+        """The number of updates the round accepted (to aggregate) so far."""
+        return int(np.count_nonzero(self.status == ARRIVED))
+
     def arrive(self, j: int) -> None:
         """Job ``j``'s update reached the server."""
         if self.closed:

@@ -7,7 +7,9 @@ does everything else. A round closes at the earliest of: ``quota`` arrivals; eve
 the deadline. Jobs still running then are recorded ``late`` if the deadline closed the round
 and ``cancelled`` otherwise (over-selection), and their updates are never computed. The
 algorithm then computes the arrived updates in one batched call and aggregates them, told the
-round's :class:`~simfl.outcome.Outcome`.
+round's :class:`~simfl.outcome.Outcome`. With server costs (:mod:`simfl.engine.server`) the
+server's aggregation takes its time between the close and the record: the round's ``time`` is
+the instant the new model is ready, and the next round starts then.
 
 The run's playback plays each round's jobs (:meth:`Playback.round
 <simfl.engine.playbacks.Playback.round>`, chosen once per run: :mod:`simfl.engine.playbacks`);
@@ -74,6 +76,8 @@ class SyncLoop:
         rnd, repeats = start_round(ctx, decision, r, self.policy)
         self.current = rnd
         yield from self.playback.round(ctx, rnd, decision.deadline, alone=True)
+        if ctx.server is not None:  # its aggregation: the round is in flight until it is done
+            yield from ctx.server.aggregate(rnd.n_accepted)
         self.current = None
         return close_aggregation(
             ctx,

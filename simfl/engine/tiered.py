@@ -12,6 +12,10 @@ round is one aggregation: a ``rounds`` row whose ``stage`` is the group; its job
 with the version they started from as their ``round`` and the versions created meanwhile as
 their ``staleness``.
 
+With server costs (:mod:`simfl.engine.server`) the server aggregates one group's round at a
+time, each after its round closes; the group's next round, and every group's view of the new
+model, start when it is done (the round's ``time``).
+
 A group with nobody online waits until a device comes online, and retires if none ever will
 (or, without an availability, at once). The run stops when a stop rule fires in any group's
 aggregation; the other groups' rounds in flight are then recorded ``cancelled``.
@@ -87,6 +91,8 @@ class TieredLoop:
             rnd, repeats = start_round(ctx, decision, version, policy)
             self.current[g] = rnd
             yield from self.playback.round(ctx, rnd, decision.deadline)
+            if ctx.server is not None and not self._stopping():  # its aggregation, in flight
+                yield from ctx.server.aggregate(rnd.n_accepted)
             del self.current[g]
             if self._stopping():  # another group stopped the run meanwhile
                 return

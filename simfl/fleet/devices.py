@@ -536,10 +536,13 @@ class Fleet:
         else:
             draws = np.empty(np.shape(devices), dtype=np.float64)
             grp = self.group[devices]
-            for gi, dist in enumerate(self.dists):
+            # a fleet with more distributions than jobs (e.g. one per device, as fitted from
+            # measurements) visits only those of the jobs; the draws are the same either way
+            present = range(len(self.dists)) if grp.size >= len(self.dists) else np.unique(grp)
+            for gi in present:
                 mask = grp == gi
                 if mask.any():
-                    draws[mask] = dist.ppf(u[mask])
+                    draws[mask] = self.dists[gi].ppf(u[mask])
         return np.asarray(draws * self.scale[devices], dtype=np.float64)
 
     def table(self) -> pd.DataFrame:

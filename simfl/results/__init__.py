@@ -404,6 +404,14 @@ class Results:
             lines.append("final      " + "  ".join(f"{k} {v:.6g}" for k, v in final.items()))
         if self.meta.get("stop_reason") == "diverged":
             lines.append("diverged   the run stopped on a non-finite update or metric")
+        server = self.meta.get("server")
+        if server:  # the server's own costs (simfl.Server)
+            lines.append(
+                f"server     {server['messages_sent']} sent, {server['messages_received']} "
+                f"received ({server['message_seconds']:.6g} s handling, "
+                f"{server['queue_seconds']:.6g} s queued), {server['aggregations']} "
+                f"aggregations ({server['aggregation_seconds']:.6g} s)"
+            )
         lines += self._who_took_part()
         if self.meta.get("error"):
             lines.append("error      " + str(self.meta["error"]).strip().splitlines()[-1])

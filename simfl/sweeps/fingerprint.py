@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["canonical", "fingerprint"]
+__all__ = ["canonical", "defining_fields", "fingerprint"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -71,6 +71,7 @@ _ADDED_FIELDS: dict[str, dict[str, Any]] = {
     },
     "simfl.neural.models.CNN": {"padding": (0, 0), "conv_kernel": "onednn"},
     "simfl.neural.train.SGD": {"state": "reset"},
+    "simfl.scenario.Scenario": {"server": None},
 }
 # The same for fields added to a base class: left out, at their default, of the fingerprint of
 # every class that derives from it (``server_optimizer`` of every neural algorithm).
@@ -139,6 +140,18 @@ def _attributes(obj: Any) -> dict[str, Any]:
     # dunder attributes are caches and bookkeeping (networkx's __networkx_cache__), not values
     out.update({k: v for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("__")})
     return out
+
+
+def defining_fields(obj: Any) -> dict[str, Any]:
+    """The fields of the dataclass instance ``obj`` that its fingerprint is made of.
+
+    Its fields that take part in ``==``, less those added after the first fingerprints that
+    hold their default (``Scenario.server`` at ``None``, for example), so that objects that
+    existed before keep their fingerprints.
+    """
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"defining_fields needs a dataclass instance, got {obj!r}")
+    return _attributes(obj)
 
 
 def _walk(obj: Any, seen: set[int]) -> Any:

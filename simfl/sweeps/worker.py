@@ -31,7 +31,7 @@ from simfl.engine import run, simfl_version
 from simfl.results import Results
 from simfl.scenario import Scenario
 from simfl.sweeps import claims
-from simfl.sweeps.fingerprint import fingerprint
+from simfl.sweeps.fingerprint import defining_fields, fingerprint
 from simfl.sweeps.identity import code_digest, code_parts
 from simfl.sweeps.integrity import StoreError
 from simfl.sweeps.store import Store
@@ -105,8 +105,13 @@ class RunOutcome:
 
 
 def scenario_fingerprint(scenario: Scenario) -> str:
-    """SHA-256 of everything that defines ``scenario`` except its seed (name included)."""
-    fields = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+    """SHA-256 of everything that defines ``scenario`` except its seed (name included).
+
+    Fields added to :class:`~simfl.scenario.Scenario` after the first fingerprints are left out
+    while they hold their default (:func:`~simfl.sweeps.fingerprint.defining_fields`), so that
+    stores keep their run ids.
+    """
+    fields = defining_fields(scenario)
     fields.pop("seed")
     return fingerprint({"scenario": type(scenario).__qualname__, **fields})
 

@@ -39,7 +39,9 @@ kept in ``Results.meta["playback"]``. In that order:
     Everything else, and every run with ``simfl.run(..., batched=False)``: every job a SimPy
     process (:mod:`simfl.engine.players`): one timeout on private links with
     devices always online, stage by stage where devices go on and off or share links.
-    The straightforward path the others are tested against.
+    The straightforward path the others are tested against. A run whose server has costs
+    (``Scenario(server=...)``, :mod:`simfl.engine.server`) is played here whatever else it
+    has: the other playbacks need a server that takes no time.
 
 Shared links may hand their flows over to the reference algorithm mid-run (a flow pattern
 their fast algorithm does not fit); a network that says so adds its reason to

@@ -93,6 +93,15 @@ class Setting:
         return alg.inert and alg.fixed_jobs and ctx.lazy and not ctx.metrics
 
     @cached_property
+    def server_free(self) -> bool:
+        """The server takes no time (no ``Scenario.server``, or one whose costs are all zero).
+
+        Server costs (:mod:`simfl.engine.server`) come between a job's stages and delay the
+        next round or model version; only job processes play them.
+        """
+        return self.ctx.server is None
+
+    @cached_property
     def flows_fit(self) -> bool:
         """Fast shared links on a star or a hierarchy that flow rounds can play."""
         jobs, network = self.jobs, self.ctx.scenario.network
@@ -109,30 +118,40 @@ class Setting:
 PLAYBACKS: tuple[tuple[type[Playback], Callable[[Setting], bool], str], ...] = (
     (
         TimingPlayback,
-        lambda s: s.batched and s.planned and s.asynchronous and s.predrawn and s.computes_nothing,
-        "private links, always online, an asynchronous policy drawing its picks ahead, "
-        "nothing computed: plain numbers",
+        lambda s: (
+            s.batched
+            and s.server_free
+            and s.planned
+            and s.asynchronous
+            and s.predrawn
+            and s.computes_nothing
+        ),
+        "private links, always online, a free server, an asynchronous policy drawing its "
+        "picks ahead, nothing computed: plain numbers",
     ),
     (
         PlannedPlayback,
-        lambda s: s.batched and s.planned and (not s.asynchronous or s.predrawn),
-        "private links, always online: rounds in one vectorised step, asynchronous jobs "
-        "from a heap",
+        lambda s: s.batched and s.server_free and s.planned and (not s.asynchronous or s.predrawn),
+        "private links, always online, a free server: rounds in one vectorised step, "
+        "asynchronous jobs from a heap",
     ),
     (
         ResolvedPlayback,
-        lambda s: s.batched and s.private and not s.planned and s.flat,
-        "availability on private links, flat synchronous rounds: resolved from the plans",
+        lambda s: s.batched and s.server_free and s.private and not s.planned and s.flat,
+        "availability on private links, a free server, flat synchronous rounds: resolved "
+        "from the plans",
     ),
     (
         FlowsPlayback,
-        lambda s: s.batched and s.flat and s.flows_fit,
-        "flat synchronous rounds on a star or hierarchy of fast links: one loop per round",
+        lambda s: s.batched and s.server_free and s.flat and s.flows_fit,
+        "flat synchronous rounds on a star or hierarchy of fast links, a free server: one "
+        "loop per round",
     ),
     (
         ReferencePlayback,
         lambda s: True,
-        "every job a SimPy process (simfl.run(..., batched=False), and what nothing faster plays)",
+        "every job a SimPy process (simfl.run(..., batched=False), every run with server "
+        "costs, and what nothing faster plays)",
     ),
 )
 
