@@ -181,7 +181,18 @@ def spread(runs: dict[tuple[str, str, int], tuple[Scenario, Results]]) -> dict[s
     return out
 
 
-def calibrate(pairs: list[tuple[Scenario, Results]], payload: float) -> Server:
+#: The calibration's grid: message handlers at once, and factors of the measured per-message
+#: cost's centre (0.25 to 1.5 in steps of 0.05).
+CONCURRENCY: tuple[int | None, ...] = (None, 1, 2, 3, 4)
+FACTORS: tuple[float, ...] = tuple(np.linspace(0.25, 1.5, 26))
+
+
+def calibrate(
+    pairs: list[tuple[Scenario, Results]],
+    payload: float,
+    concurrency: tuple[int | None, ...] = CONCURRENCY,
+    factors: tuple[float, ...] = FACTORS,
+) -> Server:
     """The server costs that best explain the calibration runs (see the module docstring)."""
     gaps = [overheads(real)["aggregation_median"] for _, real in pairs]
     messages = [overheads(real)["message_median"] for _, real in pairs]
@@ -189,7 +200,7 @@ def calibrate(pairs: list[tuple[Scenario, Results]], payload: float) -> Server:
     # a run where no job arrived (a deadline every job missed) says nothing about messages
     centre = float(np.nanmedian(messages))
     best: tuple[float, Server] | None = None
-    for conc, factor in itertools.product((None, 1, 2, 3, 4), np.linspace(0.25, 1.5, 26)):
+    for conc, factor in itertools.product(concurrency, factors):
         server = Server(
             aggregate_seconds=agg, overhead_per_message=centre * factor, concurrency=conc
         )
@@ -395,13 +406,16 @@ def docs_text(r: dict[str, Any]) -> str:
 
 
 def analyse(
-    runs: dict[tuple[str, str, int], tuple[Scenario, Results]], k: int, draws: int
+    runs: dict[tuple[str, str, int], tuple[Scenario, Results]],
+    k: int,
+    draws: int,
+    grid: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Calibrate on seed 0, compare every run three ways; the numbers and the paired rounds."""
     seeds = sorted({s for _, _, s in runs})
     calibration = [runs[(f, p, 0)] for f, p in itertools.product(fleets(), POLICIES)]
     payload = float(calibration[0][1].clients["bytes_down"].max())
-    server = calibrate(calibration, payload)
+    server = calibrate(calibration, payload, **(grid or {}))
     print(f"calibrated: {server}", flush=True)
     rows, paired = [], []
     metric, below = TARGET
