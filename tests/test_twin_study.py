@@ -1,6 +1,6 @@
 """The fidelity study's analysis (``analysis/twin_fidelity.py``) recovers a server it was given.
 
-Playing the study's twelve twins takes half an hour; its analysis does not need them to be
+Playing the study's twelve twins takes tens of minutes; its analysis does not need them to be
 real. Here every "measured" run is ``simfl.run`` with a known :class:`simfl.Server`, dressed
 with the columns a twin adds (each message's dispatch and return, each aggregation's seconds),
 so the analysis has one right answer: the calibration must find that server, the calibrated

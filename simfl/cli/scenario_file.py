@@ -7,6 +7,7 @@ value, like the file's own classes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import re
@@ -20,10 +21,12 @@ from typing import Any
 
 import cloudpickle
 
+from simfl.cli.errors import UsageError
 from simfl.scenario import Scenario
 from simfl.sweeps.grid import Case
 
 __all__ = [
+    "pick_scenario",
     "folder_name",
     "listing",
     "load_cases",
@@ -189,3 +192,31 @@ def listing(names: Sequence[str] | dict[str, Any]) -> str:
     words = [shlex.quote(name) for name in names]
     more = f", ... ({len(words) - _LISTED} more)" if len(words) > _LISTED else ""
     return ", ".join(words[:_LISTED]) + more
+
+
+def pick_scenario(
+    scenarios: dict[str, Scenario],
+    file: str,
+    pick: str | None,
+    seed: int | None,
+    *,
+    one: str,
+    also: str = "",
+) -> Scenario:
+    """The scenario a one-run command plays: ``--pick``'s, or the file's only one.
+
+    ``--seed`` is applied to it. ``one`` (e.g. ``"simfl run runs one"``) and ``also`` (what
+    else the user can do) word the error that asks for ``--pick``.
+    """
+    if pick is not None:
+        if pick not in scenarios:
+            raise UsageError(f"--pick must be one of {listing(scenarios)}, got {pick!r}")
+        scenario = scenarios[pick]
+    elif len(scenarios) == 1:
+        scenario = next(iter(scenarios.values()))
+    else:
+        raise UsageError(
+            f"{file} defines {len(scenarios)} scenarios and {one}: choose it with --pick NAME "
+            f"({listing(scenarios)}){also}"
+        )
+    return scenario if seed is None else dataclasses.replace(scenario, seed=seed)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
-import sys
 from pathlib import Path
 
 from simfl.cli.errors import UsageError
-from simfl.cli.scenario_file import folder_name, listing, load_scenarios
+from simfl.cli.scenario_file import folder_name, load_scenarios, pick_scenario
 from simfl.engine import run
 from simfl.results.folder import check_destination
 
@@ -41,26 +39,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> int:
     """Run ``simfl run``; its exit status (1 if the run failed)."""
     scenarios = load_scenarios(args.scenario)
-    if args.pick is not None:
-        if args.pick not in scenarios:
-            print(
-                f"error: --pick must be one of {listing(scenarios)}, got {args.pick!r}",
-                file=sys.stderr,
-            )
-            return 2
-        scenario = scenarios[args.pick]
-    elif len(scenarios) == 1:
-        scenario = next(iter(scenarios.values()))
-    else:
-        print(
-            f"error: {args.scenario} defines {len(scenarios)} scenarios and simfl run runs one: "
-            f"choose it with --pick NAME ({listing(scenarios)}), or run them all with "
-            f"simfl sweep {shlex.quote(str(args.scenario))}",
-            file=sys.stderr,
-        )
-        return 2
-    if args.seed is not None:
-        scenario = dataclasses.replace(scenario, seed=args.seed)
+    scenario = pick_scenario(
+        scenarios,
+        args.scenario,
+        args.pick,
+        args.seed,
+        one="simfl run runs one",
+        also=f", or run them all with simfl sweep {shlex.quote(str(args.scenario))}",
+    )
     name = folder_name(f"{scenario.name}-seed{scenario.seed}")
     out = check_destination(args.out or Path("runs") / name, ("rounds", "clients"))
     results = run(scenario, progress=not args.quiet)

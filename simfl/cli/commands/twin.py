@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 from simfl.cli.errors import UsageError
-from simfl.cli.scenario_file import folder_name, listing, load_scenarios
+from simfl.cli.scenario_file import folder_name, load_scenarios, pick_scenario
 from simfl.results.folder import check_destination
 
 __all__ = ["DESCRIPTION", "HELP", "arguments", "command"]
@@ -41,25 +40,9 @@ def command(args: argparse.Namespace) -> int:
     from simfl.twin import TwinError, twin
 
     scenarios = load_scenarios(args.scenario)
-    if args.pick is not None:
-        if args.pick not in scenarios:
-            print(
-                f"error: --pick must be one of {listing(scenarios)}, got {args.pick!r}",
-                file=sys.stderr,
-            )
-            return 2
-        scenario = scenarios[args.pick]
-    elif len(scenarios) == 1:
-        scenario = next(iter(scenarios.values()))
-    else:
-        print(
-            f"error: {args.scenario} defines {len(scenarios)} scenarios and simfl twin plays "
-            f"one: choose it with --pick NAME ({listing(scenarios)})",
-            file=sys.stderr,
-        )
-        return 2
-    if args.seed is not None:
-        scenario = dataclasses.replace(scenario, seed=args.seed)
+    scenario = pick_scenario(
+        scenarios, args.scenario, args.pick, args.seed, one="simfl twin plays one"
+    )
     name = folder_name(f"{scenario.name}-seed{scenario.seed}")
     out = check_destination(args.out or Path("twins") / name, ("rounds", "clients"))
     try:
